@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class EntitlementsConfig(AppConfig):
+    name = "entitlements"
+    default_auto_field = "django.db.models.BigAutoField"
