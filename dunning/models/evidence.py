@@ -1,0 +1,116 @@
+"""Evidence: the provider-event inbox, fresh provider receipts and append-only money facts."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from dunning.append_only import AppendOnlyModel
+
+
+class EventOutcome(models.TextChoices):
+    PENDING = "PENDING"
+    APPLIED = "APPLIED"
+    DUPLICATE = "DUPLICATE"
+    NO_CHANGE = "NO_CHANGE"
+    QUARANTINED = "QUARANTINED"
+    UNATTRIBUTABLE = "UNATTRIBUTABLE"
+    IGNORED = "IGNORED"
+    FAILED = "FAILED"
+
+
+class ProviderEvent(AppendOnlyModel):
+    """Inbox row, unique per (provider, event id). The raw payload never changes; only the
+    processing bookkeeping does."""
+
+    MUTABLE_FIELDS = frozenset(
+        {"processed_at", "outcome", "outcome_detail", "subscription", "invoice", "cycle", "attempts", "error"}
+    )
+
+    provider = models.CharField(max_length=32, default="stripe")
+    event_id = models.CharField(max_length=255)
+    event_type = models.CharField(max_length=128)
+    api_version = models.CharField(max_length=32, blank=True, default="")
+    account = models.CharField(max_length=255, blank=True, default="")
+    payload = models.JSONField()
+    signature_verified = models.BooleanField(default=False)
+    provider_created_at = models.DateTimeField(null=True, blank=True)
+    received_at = models.DateTimeField()
+    processed_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=EventOutcome.choices, default=EventOutcome.PENDING)
+    outcome_detail = models.TextField(blank=True, default="")
+    subscription = models.ForeignKey("subscriptions.Subscription", null=True, blank=True,
+                                     on_delete=models.PROTECT, related_name="provider_events")
+    invoice = models.ForeignKey("subscriptions.Invoice", null=True, blank=True,
+                                on_delete=models.PROTECT, related_name="provider_events")
+    cycle = models.ForeignKey("dunning.DunningCycle", null=True, blank=True,
+                              on_delete=models.PROTECT, related_name="provider_events")
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["provider", "event_id"], name="uniq_provider_event")]
+        indexes = [models.Index(fields=["outcome", "received_at"], name="event_outcome_received")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.event_id}"
+
+
+class ProviderReceipt(AppendOnlyModel):
+    """One fresh fetch of a provider object. Restriction and cancellation cite one."""
+
+    provider = models.CharField(max_length=32, default="stripe")
+    object_type = models.CharField(max_length=32)  # invoice | payment_intent | charge | dispute | subscription
+    object_id = models.CharField(max_length=255, db_index=True)
+    account = models.CharField(max_length=255, blank=True, default="")
+    status = models.CharField(max_length=32)
+    amount = models.BigIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=3, blank=True, default="")
+    body = models.JSONField()
+    body_digest = models.CharField(max_length=64)
+    fetched_at = models.DateTimeField()
+    invoice = models.ForeignKey("subscriptions.Invoice", null=True, blank=True,
+                                on_delete=models.PROTECT, related_name="receipts")
+    cause_event = models.ForeignKey(ProviderEvent, null=True, blank=True,
+                                    on_delete=models.PROTECT, related_name="receipts")
+
+    class Meta:
+        indexes = [models.Index(fields=["invoice", "-fetched_at"], name="receipt_invoice_fetched")]
+
+    def __str__(self) -> str:
+        return f"{self.object_type} {self.object_id} {self.status} @ {self.fetched_at:%Y-%m-%d %H:%M:%S}"
+
+
+class FactKind(models.TextChoices):
+    PAYMENT_FAILED = "PAYMENT_FAILED"
+    PAYMENT_SUCCEEDED = "PAYMENT_SUCCEEDED"
+    INVOICE_VOIDED = "INVOICE_VOIDED"
+    MARKED_UNCOLLECTIBLE = "MARKED_UNCOLLECTIBLE"
+    REFUNDED = "REFUNDED"
+    DISPUTE_OPENED = "DISPUTE_OPENED"
+    DISPUTE_WON = "DISPUTE_WON"
+    DISPUTE_LOST = "DISPUTE_LOST"
+
+
+class MonetaryFact(AppendOnlyModel):
+    """Append-only money fact. `dedupe_key` makes the same provider fact land once."""
+
+    kind = models.CharField(max_length=32, choices=FactKind.choices)
+    invoice = models.ForeignKey("subscriptions.Invoice", on_delete=models.PROTECT, related_name="facts")
+    cycle = models.ForeignKey("dunning.DunningCycle", null=True, blank=True,
+                              on_delete=models.PROTECT, related_name="facts")
+    attempt = models.ForeignKey("dunning.PaymentAttempt", null=True, blank=True,
+                                on_delete=models.PROTECT, related_name="facts")
+    amount = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    provider_ref = models.CharField(max_length=255, blank=True, default="")
+    decline_code = models.CharField(max_length=64, blank=True, default="")
+    receipt = models.ForeignKey(ProviderReceipt, null=True, blank=True, on_delete=models.PROTECT, related_name="facts")
+    dedupe_key = models.CharField(max_length=255, unique=True)
+    occurred_at = models.DateTimeField()
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["invoice", "kind"], name="fact_invoice_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount} {self.currency.upper()}"

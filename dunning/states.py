@@ -1,0 +1,81 @@
+"""Cycle states (SPEC §5) and what each asks of the subscription's access (SPEC §7)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class CycleState(models.TextChoices):
+    CURRENT = "CURRENT"
+    PAYMENT_FAILED = "PAYMENT_FAILED"
+    GRACE_ACTIVE = "GRACE_ACTIVE"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    RETRY_DISPATCHING = "RETRY_DISPATCHING"
+    RETRY_FAILED = "RETRY_FAILED"
+    PAYMENT_UNKNOWN = "PAYMENT_UNKNOWN"
+    GRACE_EXPIRED = "GRACE_EXPIRED"
+    RESTRICTING = "RESTRICTING"
+    RESTRICTED = "RESTRICTED"
+    CANCEL_PENDING = "CANCEL_PENDING"
+    CANCELED = "CANCELED"
+    RECOVERED = "RECOVERED"
+    CLOSED_VOID = "CLOSED_VOID"
+    EVIDENCE_CONFLICT = "EVIDENCE_CONFLICT"
+    EXCEPTION_ACTIVE = "EXCEPTION_ACTIVE"
+
+
+S = CycleState
+
+# States whose invoice counts as debt when the policy maps the invoice status as BLOCKING.
+DELINQUENT_STATES = frozenset(
+    {
+        S.PAYMENT_FAILED, S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_DISPATCHING, S.RETRY_FAILED,
+        S.PAYMENT_UNKNOWN, S.GRACE_EXPIRED, S.RESTRICTING, S.RESTRICTED, S.CANCEL_PENDING,
+        S.CANCELED, S.EVIDENCE_CONFLICT, S.EXCEPTION_ACTIVE,
+    }
+)
+GRACE_PROFILE_STATES = frozenset(
+    {
+        S.PAYMENT_FAILED, S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_DISPATCHING, S.RETRY_FAILED,
+        S.PAYMENT_UNKNOWN, S.GRACE_EXPIRED, S.RESTRICTING,
+    }
+)
+RESTRICTED_PROFILE_STATES = frozenset({S.RESTRICTED, S.CANCEL_PENDING})
+# Terminal: immutable except for appended audit rows (SPEC §2.8).
+TERMINAL_STATES = frozenset({S.CANCELED, S.CLOSED_VOID})
+# "Any open state" of SPEC §5: everything not terminal and not already settled.
+OPEN_STATES = frozenset(set(S) - TERMINAL_STATES - {S.RECOVERED})
+# Evidence may move these automatically; EVIDENCE_CONFLICT leaves only by a support decision.
+AUTO_SETTLEABLE_STATES = frozenset(OPEN_STATES - {S.EVIDENCE_CONFLICT})
+# An exception may suspend only these.
+EXCEPTION_SOURCE_STATES = frozenset({S.GRACE_ACTIVE, S.GRACE_EXPIRED, S.RESTRICTED})
+# A support decision on a conflict lands on one of these.
+CONFLICT_RESOLUTIONS = frozenset({S.RECOVERED, S.CLOSED_VOID, S.GRACE_ACTIVE, S.RESTRICTED})
+
+
+class AttemptState(models.TextChoices):
+    PREPARED = "PREPARED"
+    DISPATCHING = "DISPATCHING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+
+
+PENDING_ATTEMPT_STATES = frozenset({AttemptState.PREPARED, AttemptState.DISPATCHING, AttemptState.UNKNOWN})
+ATTEMPT_TRANSITIONS: dict[str, frozenset[str]] = {
+    AttemptState.PREPARED: frozenset({AttemptState.DISPATCHING}),
+    AttemptState.DISPATCHING: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.UNKNOWN}),
+    AttemptState.UNKNOWN: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED}),
+    AttemptState.SUCCEEDED: frozenset(),
+    AttemptState.FAILED: frozenset(),
+}
+
+
+class FailureClass(models.TextChoices):
+    RETRYABLE = "RETRYABLE"
+    TRANSIENT_UNKNOWN = "TRANSIENT_UNKNOWN"
+    CUSTOMER_ACTION = "CUSTOMER_ACTION"
+    NON_RETRYABLE = "NON_RETRYABLE"
+
+
+NO_RETRY_CLASSES = frozenset({FailureClass.CUSTOMER_ACTION, FailureClass.NON_RETRYABLE})

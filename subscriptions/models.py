@@ -1,0 +1,106 @@
+"""Customers, subscriptions and the local mirror of the provider's invoices (SPEC §3)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from simple_history.models import HistoricalRecords
+
+from entitlements.profiles import FULL
+
+
+class Customer(models.Model):
+    provider = models.CharField(max_length=32, default="stripe")
+    provider_customer_id = models.CharField(max_length=255, blank=True, default="")
+    email = models.EmailField(db_index=True)
+    name = models.CharField(max_length=255, blank=True, default="")
+    # The customer's own login for the billing pages; staff never use it.
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="customer"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "provider_customer_id"],
+                condition=~models.Q(provider_customer_id=""),
+                name="uniq_provider_customer",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.email or self.provider_customer_id
+
+
+class BillingInterval(models.TextChoices):
+    MONTH = "month", "Monthly"
+    YEAR = "year", "Annual"
+
+
+class Subscription(models.Model):
+    """The aggregate root of access. Only the acceptance service writes the root and entitlement."""
+
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="subscriptions")
+    provider = models.CharField(max_length=32, default="stripe")
+    provider_account = models.CharField(max_length=255)
+    provider_subscription_id = models.CharField(max_length=255)
+    provider_status = models.CharField(max_length=32, default="active")
+    price_id = models.CharField(max_length=255, help_text="Provider price id (a legacy plan id counts).")
+    cohort = models.CharField(max_length=64, default="default")
+    billing_interval = models.CharField(max_length=8, choices=BillingInterval.choices, default=BillingInterval.MONTH)
+    policy = models.ForeignKey("dunning.DunningPolicy", on_delete=models.PROTECT, related_name="subscriptions")
+    outstanding_cycle_root = models.CharField(max_length=64)
+    entitlement_profile = models.CharField(max_length=32, default=FULL)
+    entitlement_generation = models.PositiveBigIntegerField(default=0)
+    row_version = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "provider_subscription_id"], name="uniq_provider_subscription")
+        ]
+
+    def __str__(self) -> str:
+        return self.provider_subscription_id
+
+
+class InvoiceStatus(models.TextChoices):
+    DRAFT = "draft"
+    OPEN = "open"
+    PAID = "paid"
+    VOID = "void"
+    UNCOLLECTIBLE = "uncollectible"
+
+
+class Invoice(models.Model):
+    """Mirror of a provider invoice. `revision` rises whenever a fresh receipt changes it."""
+
+    provider = models.CharField(max_length=32, default="stripe")
+    provider_invoice_id = models.CharField(max_length=255)
+    subscription = models.ForeignKey(Subscription, on_delete=models.PROTECT, related_name="invoices")
+    amount_due = models.BigIntegerField(help_text="Minor units (cents).")
+    amount_paid = models.BigIntegerField(default=0)
+    currency = models.CharField(max_length=3, help_text="ISO 4217, lower case as the provider sends it.")
+    status = models.CharField(max_length=16, choices=InvoiceStatus.choices, default=InvoiceStatus.OPEN)
+    revision = models.PositiveBigIntegerField(default=1)
+    attempt_count = models.PositiveIntegerField(default=0)
+    next_payment_attempt = models.DateTimeField(null=True, blank=True)
+    period_start = models.DateTimeField(null=True, blank=True)
+    period_end = models.DateTimeField(null=True, blank=True)
+    hosted_invoice_url = models.URLField(blank=True, default="", max_length=1000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "provider_invoice_id"], name="uniq_provider_invoice"),
+            models.CheckConstraint(condition=models.Q(amount_due__gte=0), name="invoice_amount_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return self.provider_invoice_id
