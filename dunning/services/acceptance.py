@@ -1,0 +1,191 @@
+"""The transition-acceptance service (SPEC §6): the only writer of cycle state, the
+subscription's outstanding root and its entitlement generation.
+
+Every call is one durable transaction: lock subscription then cycle (always in that order, so
+two acceptances cannot deadlock), compare-and-set the caller's expectations, apply evidence
+and one FSM edge, recompute the root and the aggregate decision, issue a snapshot when the
+decision changed, and write the transition receipt and outbox rows. A refusal rolls all of
+that back and is recorded in its own transaction as a rejection receipt.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
+
+from dunning.acceptance_scope import acceptance_scope
+from dunning.clock import trusted_now
+from dunning.models import DunningCycle, MonetaryFact, TransitionReceipt
+from dunning.policy_cache import policy_spec
+from dunning.services.edges import EDGES
+from dunning.services.guards import EdgeContext, Refusal
+from dunning.services.recompute import settle_subscription
+from dunning.services.results import Cause, Evidence, Expect, TransitionResult
+from dunning.states import TERMINAL_STATES
+from subscriptions.models import Subscription
+
+log = logging.getLogger(__name__)
+
+
+def cycle_accept_transition(
+    *,
+    cycle_pk: int,
+    edge: str,
+    expect: Expect,
+    cause: Cause,
+    evidence: Evidence | None = None,
+    params: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> TransitionResult:
+    """Accept or reject one edge on one cycle. Never raises for an expected refusal."""
+    if edge not in EDGES:
+        raise ValueError(f"unknown edge {edge!r}; known: {', '.join(sorted(EDGES))}")
+    now = now or trusted_now()
+    evidence = evidence or Evidence()
+    params = dict(params or {})
+    subscription_id = DunningCycle.objects.values_list("subscription_id", flat=True).get(pk=cycle_pk)
+    try:
+        with transaction.atomic(durable=True), acceptance_scope():
+            return _accept_locked(subscription_id, cycle_pk, edge, expect, cause, evidence, params, now)
+    except Refusal as refusal:
+        return _record_rejection(subscription_id, cycle_pk, edge, expect, cause, evidence, now, refusal)
+
+
+# Public alias: the name the spec uses.
+accept_transition = cycle_accept_transition
+
+
+def _accept_locked(
+    subscription_id: int, cycle_pk: int, edge: str, expect: Expect, cause: Cause,
+    evidence: Evidence, params: dict[str, Any], now: datetime,
+) -> TransitionResult:
+    subscription = Subscription.objects.select_for_update().get(pk=subscription_id)
+    cycle = (
+        DunningCycle.objects.select_for_update(of=("self", "invoice"))
+        .select_related("invoice", "policy", "pending_attempt")
+        .get(pk=cycle_pk)
+    )
+    _compare_and_set(expect, cycle, subscription)
+    ctx = EdgeContext(
+        cycle=cycle, subscription=subscription, invoice=cycle.invoice, spec=policy_spec(cycle.policy),
+        now=now, cause=cause, evidence=evidence, params=params, pending_attempt=cycle.pending_attempt,
+    )
+    from_state = cycle.state
+    rule = EDGES[edge]
+    if rule.moves_cycle and not can_proceed(getattr(cycle, edge), check_conditions=False):
+        raise Refusal("EDGE_NOT_ALLOWED", f"{edge} is not an edge from {from_state}")
+    invoice_changed = _apply_invoice_evidence(ctx)
+    facts_recorded = _append_facts(ctx)
+    try:
+        rule.apply(ctx)
+    except TransitionNotAllowed:
+        raise Refusal("EDGE_NOT_ALLOWED", f"{edge} is not an edge from {from_state}") from None
+    if from_state not in TERMINAL_STATES and (rule.moves_cycle or invoice_changed):
+        cycle.generation += 1
+        try:
+            cycle.save()
+        except ConcurrentTransition:
+            raise Refusal("STALE_CYCLE_GENERATION", "the cycle changed while this transition was applied") from None
+    settled = settle_subscription(
+        subscription=subscription, changed_cycle=cycle, now=now, cause=cause, edge=edge,
+        from_state=from_state, expect=expect, evidence=evidence,
+        notification=rule.notification if rule.moves_cycle else "", notes=ctx.notes,
+    )
+    return TransitionResult(
+        accepted=True, edge=edge, receipt_id=settled.receipt.pk, from_state=from_state, to_state=cycle.state,
+        cycle_generation=cycle.generation, root=subscription.outstanding_cycle_root,
+        profile=subscription.entitlement_profile, entitlement_generation=subscription.entitlement_generation,
+        snapshot_issued=settled.snapshot_issued, facts_recorded=facts_recorded,
+    )
+
+
+def _compare_and_set(expect: Expect, cycle: DunningCycle, subscription: Subscription) -> None:
+    pending = cycle.pending_attempt.operation_id if cycle.pending_attempt_id else None
+    checks = (
+        ("STALE_CYCLE_GENERATION", expect.cycle_generation, cycle.generation),
+        ("STALE_INVOICE_REVISION", expect.invoice_revision, cycle.invoice.revision),
+        ("STALE_ATTEMPT", expect.attempt_id, pending),
+        ("POLICY_MISMATCH", expect.policy_id, cycle.policy_id),
+        ("STALE_ROOT", expect.root, subscription.outstanding_cycle_root),
+    )
+    for code, expected, actual in checks:
+        if expected != actual:
+            raise Refusal(code, f"expected {expected}, found {actual}")
+
+
+def _apply_invoice_evidence(ctx: EdgeContext) -> bool:
+    """Bring the invoice mirror to what the fresh receipt shows; bump its revision if it moved."""
+    update = ctx.evidence.invoice
+    if update is None:
+        return False
+    invoice = ctx.invoice
+    changed = [
+        name for name in ("status", "amount_due", "amount_paid", "attempt_count", "next_payment_attempt")
+        if getattr(invoice, name) != getattr(update, name)
+    ]
+    if not changed:
+        return False
+    for name in changed:
+        setattr(invoice, name, getattr(update, name))
+    invoice.revision += 1
+    invoice.save(update_fields=[*changed, "revision", "updated_at"])
+    if ctx.cycle.state not in TERMINAL_STATES:
+        ctx.cycle.provider_generation = invoice.revision
+    ctx.notes.append(f"invoice {invoice.provider_invoice_id} revision {invoice.revision}: {', '.join(changed)}")
+    return True
+
+
+def _append_facts(ctx: EdgeContext) -> int:
+    recorded = 0
+    for fact in ctx.evidence.facts:
+        _, created = MonetaryFact.objects.get_or_create(
+            dedupe_key=fact.dedupe_key,
+            defaults={
+                "kind": fact.kind, "invoice": ctx.invoice, "cycle": ctx.cycle, "amount": fact.amount,
+                "currency": fact.currency, "provider_ref": fact.provider_ref, "decline_code": fact.decline_code,
+                "receipt": ctx.evidence.receipt, "occurred_at": fact.occurred_at, "recorded_at": ctx.now,
+            },
+        )
+        recorded += int(created)
+    return recorded
+
+
+def _record_rejection(
+    subscription_id: int, cycle_pk: int, edge: str, expect: Expect, cause: Cause,
+    evidence: Evidence, now: datetime, refusal: Refusal,
+) -> TransitionResult:
+    with transaction.atomic(durable=True):
+        cycle = DunningCycle.objects.select_related("invoice", "pending_attempt").get(pk=cycle_pk)
+        subscription = Subscription.objects.get(pk=subscription_id)
+        receipt = TransitionReceipt.objects.create(
+            subscription=subscription, cycle=cycle, edge=edge, accepted=False, from_state=cycle.state,
+            rejection_reason=refusal.code, detail=refusal.detail, cause_kind=cause.kind, cause_ref=cause.ref,
+            actor=cause.actor, actor_user=cause.user, reason=cause.reason, ticket=cause.ticket,
+            expected=expect.as_json(), observed=_observed(cycle, subscription), cycle_generation=cycle.generation,
+            root_before=subscription.outstanding_cycle_root, root_after=subscription.outstanding_cycle_root,
+            decision_profile=subscription.entitlement_profile,
+            entitlement_generation=subscription.entitlement_generation,
+            evidence_receipt=evidence.receipt, policy_id=cycle.policy_id, trusted_time=now,
+        )
+    log.info("rejected %s on cycle %s: %s", edge, cycle.cycle_id, refusal)
+    return TransitionResult(
+        accepted=False, edge=edge, reason=refusal.code, detail=refusal.detail, receipt_id=receipt.pk,
+        from_state=cycle.state, to_state=cycle.state, cycle_generation=cycle.generation,
+        root=subscription.outstanding_cycle_root, profile=subscription.entitlement_profile,
+        entitlement_generation=subscription.entitlement_generation,
+    )
+
+
+def _observed(cycle: DunningCycle, subscription: Subscription) -> dict[str, Any]:
+    return {
+        "cycle_generation": cycle.generation,
+        "invoice_revision": cycle.invoice.revision,
+        "attempt_id": str(cycle.pending_attempt.operation_id) if cycle.pending_attempt_id else None,
+        "policy_id": cycle.policy_id,
+        "root": subscription.outstanding_cycle_root,
+        "state": cycle.state,
+    }

@@ -1,0 +1,57 @@
+"""Publishing and binding dunning policies (SPEC §4)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from dunning.clock import trusted_now
+from dunning.models import DunningPolicy
+from dunning.policy_document import load_policy
+
+
+class PolicyConflict(Exception):
+    """A different document was published before under the same name@version."""
+
+
+class NoPolicyError(LookupError):
+    """No published policy matches and no default policy exists."""
+
+
+def policy_publish(*, text: str, user: Any = None, now: datetime | None = None) -> tuple[DunningPolicy, bool]:
+    """Validate and publish. Returns (policy, created). Re-publishing the same document is a no-op;
+    a different document under an existing identity is refused (published policies are immutable)."""
+    doc = load_policy(text)
+    existing = DunningPolicy.objects.filter(identity=doc.identity).first()
+    if existing is not None:
+        if existing.digest != doc.digest():
+            raise PolicyConflict(
+                f"{doc.identity} is already published with different content; publish a new version instead"
+            )
+        return existing, False
+    try:
+        with transaction.atomic():
+            policy = DunningPolicy.objects.create(
+                name=doc.name, version=doc.version, identity=doc.identity, document=doc.canonical,
+                digest=doc.digest(), source_text=text, prices=list(doc.prices), cohort=doc.cohort,
+                is_default=doc.is_default, mode=doc.mode, retry_authority=doc.retry_authority,
+                published_at=now or trusted_now(), published_by=user,
+            )
+    except IntegrityError:
+        return policy_publish(text=text, user=user, now=now)
+    return policy, True
+
+
+def policy_for_price(price_id: str, *, cohort: str = "default") -> DunningPolicy:
+    """The newest published policy whose applies_to lists the price (and cohort); else the newest
+    default policy. A legacy plan id is matched like a price id."""
+    policies = list(DunningPolicy.objects.order_by("-published_at", "-version"))
+    for policy in policies:
+        if price_id in policy.prices and policy.cohort in (cohort, "*"):
+            return policy
+    for policy in policies:
+        if policy.is_default:
+            return policy
+    raise NoPolicyError(f"no published policy applies to price {price_id!r} and there is no default policy")

@@ -1,0 +1,132 @@
+"""Step 3–5 of acceptance (SPEC §6): recompute the subscription aggregate, issue a snapshot when
+the decision changes, and write the transition receipt and outbox rows.
+
+Called only from inside the acceptance entry points, with the subscription row locked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from dunning.aggregate import CycleView, Decision, aggregate_decision, outstanding_root
+from dunning.models import DunningCycle, OutboxMessage, TransitionReceipt
+from dunning.policy_cache import policy_spec
+from dunning.rollout import enforces_access, sends_notifications
+from dunning.services.results import Cause, Evidence, Expect
+from dunning.states import DELINQUENT_STATES
+from entitlements.models import EntitlementSnapshot
+from entitlements.profiles import get_profile
+from subscriptions.models import Subscription
+
+
+def cycle_view(cycle: DunningCycle) -> CycleView:
+    return CycleView(
+        cycle_id=str(cycle.cycle_id), generation=cycle.generation, state=cycle.state,
+        invoice_status=cycle.invoice.status, dispute_reopened=cycle.dispute_reopened,
+        exception_profile=cycle.exception_profile, conflict_held_profile=cycle.conflict_held_profile,
+        spec=policy_spec(cycle.policy),
+    )
+
+
+def subscription_views(subscription: Subscription, changed_cycle: DunningCycle | None) -> list[CycleView]:
+    """Views of every cycle that could block: the one just changed as held in memory, the rest
+    as stored. Settled cycles never block, so they are not loaded."""
+    others = (
+        DunningCycle.objects.filter(subscription=subscription, state__in=DELINQUENT_STATES)
+        .select_related("invoice", "policy")
+    )
+    if changed_cycle is not None:
+        others = others.exclude(pk=changed_cycle.pk)
+    views = [cycle_view(c) for c in others]
+    if changed_cycle is not None:
+        views.append(cycle_view(changed_cycle))
+    return views
+
+
+def compute_aggregate(subscription: Subscription, changed_cycle: DunningCycle | None) -> tuple[str, Decision]:
+    views = subscription_views(subscription, changed_cycle)
+    spec = policy_spec(subscription.policy)
+    return outstanding_root(views), aggregate_decision(
+        views, recover_with_remaining_debt=spec.recover_with_remaining_debt
+    )
+
+
+@dataclass(frozen=True)
+class Settled:
+    receipt: TransitionReceipt
+    snapshot_issued: bool
+
+
+def settle_subscription(
+    *,
+    subscription: Subscription,
+    changed_cycle: DunningCycle | None,
+    now: datetime,
+    cause: Cause,
+    edge: str,
+    from_state: str,
+    expect: Expect | None,
+    evidence: Evidence,
+    notification: str = "",
+    notes: list[str] | None = None,
+    force_new_generation: bool = False,
+    first_snapshot: bool = False,
+) -> Settled:
+    root_before = subscription.outstanding_cycle_root
+    root, decision = compute_aggregate(subscription, changed_cycle)
+    spec = policy_spec(subscription.policy)
+    key = subscription.provider_subscription_id
+    # A subscription's first snapshot is issued whatever the mode: runtime services must be able
+    # to read an entitlement for every subscription at once (SPEC §8 "Mirrors").
+    enforce = first_snapshot or enforces_access(spec, subscription_key=key, cohort=subscription.cohort)
+    issue = enforce and (decision.profile != subscription.entitlement_profile or force_new_generation)
+    detail = "; ".join([decision.reason, *(notes or [])])
+    if not enforce:
+        detail += f"; mode {spec.mode}: decision recorded, access unchanged"
+    new_generation = subscription.entitlement_generation + 1 if issue else subscription.entitlement_generation
+    receipt = TransitionReceipt.objects.create(
+        subscription=subscription, cycle=changed_cycle, edge=edge, accepted=True, from_state=from_state,
+        to_state=changed_cycle.state if changed_cycle else "", detail=detail, cause_kind=cause.kind,
+        cause_ref=cause.ref, actor=cause.actor, actor_user=cause.user, reason=cause.reason, ticket=cause.ticket,
+        expected=expect.as_json() if expect else {}, observed={},
+        cycle_generation=changed_cycle.generation if changed_cycle else None,
+        root_before=root_before, root_after=root, decision_profile=decision.profile,
+        entitlement_generation=new_generation, evidence_receipt=evidence.receipt,
+        policy_id=changed_cycle.policy_id if changed_cycle else subscription.policy_id, trusted_time=now,
+    )
+    update_fields = ["outstanding_cycle_root", "row_version", "updated_at"]
+    subscription.outstanding_cycle_root = root
+    subscription.row_version += 1
+    if issue:
+        profile = get_profile(decision.profile)
+        subscription.entitlement_profile = profile.name
+        subscription.entitlement_generation = new_generation
+        update_fields += ["entitlement_profile", "entitlement_generation"]
+        EntitlementSnapshot.objects.create(
+            subscription=subscription, generation=new_generation, profile=profile.name,
+            capabilities=profile.capabilities(), reason=decision.reason[:255], issued_at=now, cause_receipt=receipt,
+        )
+        _outbox(receipt, "entitlement.changed", f"entitlement.changed:{subscription.pk}:{new_generation}", {
+            "subscription": subscription.pk, "provider_subscription_id": key, "generation": new_generation,
+            "profile": profile.name, "capabilities": profile.capabilities(), "reason": decision.reason,
+            "issued_at": now.isoformat(),
+        }, now)
+    subscription.save(update_fields=update_fields)
+    if notification and changed_cycle is not None and sends_notifications(
+        spec, subscription_key=key, cohort=subscription.cohort
+    ):
+        _outbox(receipt, "notification.requested",
+                f"notification:{changed_cycle.cycle_id}:{notification}:{changed_cycle.generation}", {
+                    "subscription": subscription.pk, "cycle": str(changed_cycle.cycle_id),
+                    "template": notification, "template_generation": spec.template_generation,
+                    "state": changed_cycle.state,
+                }, now)
+    return Settled(receipt=receipt, snapshot_issued=issue)
+
+
+def _outbox(receipt: TransitionReceipt, topic: str, dedupe_key: str, payload: dict, now: datetime) -> None:
+    OutboxMessage.objects.create(
+        topic=topic, dedupe_key=dedupe_key, payload=payload, subscription=receipt.subscription,
+        receipt=receipt, created_at=now,
+    )

@@ -1,0 +1,127 @@
+"""Typed inputs and outputs of the acceptance service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from dunning.models import CauseKind, DunningCycle
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Who or what asked for the transition. Every write names one."""
+
+    kind: str
+    ref: str = ""
+    actor: str = "system"
+    user: Any = None
+    reason: str = ""
+    ticket: str = ""
+
+    @classmethod
+    def event(cls, event_id: str) -> Cause:
+        return cls(kind=CauseKind.EVENT, ref=event_id, actor="webhook")
+
+    @classmethod
+    def job(cls, name: str, run_ref: str = "") -> Cause:
+        return cls(kind=CauseKind.JOB, ref=run_ref or name, actor=f"job:{name}")
+
+    @classmethod
+    def staff(cls, user: Any, *, reason: str, ticket: str) -> Cause:
+        return cls(kind=CauseKind.USER, ref=ticket, actor=user.get_username(), user=user,
+                   reason=reason, ticket=ticket)
+
+    @classmethod
+    def customer(cls, user: Any) -> Cause:
+        return cls(kind=CauseKind.CUSTOMER, ref="", actor=f"customer:{user.get_username()}", user=user)
+
+    @classmethod
+    def system(cls, what: str) -> Cause:
+        return cls(kind=CauseKind.SYSTEM, ref=what, actor="system")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """Compare-and-set inputs: what the caller saw when it decided to ask (SPEC §6.1)."""
+
+    cycle_generation: int
+    invoice_revision: int
+    attempt_id: UUID | None
+    policy_id: int
+    root: str
+
+    @classmethod
+    def from_cycle(cls, cycle: DunningCycle) -> Expect:
+        attempt_id = cycle.pending_attempt.operation_id if cycle.pending_attempt_id else None
+        return cls(
+            cycle_generation=cycle.generation,
+            invoice_revision=cycle.invoice.revision,
+            attempt_id=attempt_id,
+            policy_id=cycle.policy_id,
+            root=cycle.subscription.outstanding_cycle_root,
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "cycle_generation": self.cycle_generation,
+            "invoice_revision": self.invoice_revision,
+            "attempt_id": str(self.attempt_id) if self.attempt_id else None,
+            "policy_id": self.policy_id,
+            "root": self.root,
+        }
+
+
+@dataclass(frozen=True)
+class InvoiceUpdate:
+    """Invoice fields as a fresh provider receipt shows them."""
+
+    status: str
+    amount_due: int
+    amount_paid: int
+    attempt_count: int
+    next_payment_attempt: datetime | None
+
+
+@dataclass(frozen=True)
+class FactSpec:
+    kind: str
+    amount: int
+    currency: str
+    dedupe_key: str
+    occurred_at: datetime
+    provider_ref: str = ""
+    decline_code: str = ""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a fresh fetch showed. The receipt row is stored before acceptance (it is evidence
+    whatever the outcome); the invoice update and facts are applied inside it."""
+
+    receipt: Any = None  # ProviderReceipt
+    invoice: InvoiceUpdate | None = None
+    facts: tuple[FactSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class TransitionResult:
+    accepted: bool
+    edge: str
+    reason: str = ""
+    detail: str = ""
+    receipt_id: int | None = None
+    from_state: str = ""
+    to_state: str = ""
+    cycle_generation: int | None = None
+    root: str = ""
+    profile: str = ""
+    entitlement_generation: int | None = None
+    snapshot_issued: bool = False
+    facts_recorded: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.accepted
