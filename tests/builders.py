@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
 import json
 from datetime import datetime, timedelta
@@ -14,6 +13,7 @@ from dunning.models import DunningCycle, DunningPolicy, ProviderReceipt
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.opening import InvoiceFacts, cycle_open_for_invoice, subscription_register
 from dunning.services.policies import policy_publish
+from dunning.services.receipts import receipt_record
 from dunning.services.results import Cause, Evidence, Expect, FactSpec, InvoiceUpdate, TransitionResult
 from subscriptions.models import Customer, Subscription
 
@@ -96,12 +96,8 @@ def invoice_receipt(cycle: DunningCycle, status: str, *, fetched_at: datetime | 
     invoice = cycle.invoice
     body = {"id": invoice.provider_invoice_id, "object": "invoice", "status": status,
             "amount_due": amount if amount is not None else invoice.amount_due, "currency": invoice.currency}
-    return ProviderReceipt.objects.create(
-        object_type="invoice", object_id=invoice.provider_invoice_id, account="acct_test", status=status,
-        amount=body["amount_due"], currency=invoice.currency, body=body,
-        body_digest=hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
-        fetched_at=fetched_at or trusted_now(), invoice=invoice,
-    )
+    return receipt_record(object_type="invoice", body=body, invoice=invoice, account="acct_test",
+                          fetched_at=fetched_at)
 
 
 def paid_evidence(cycle: DunningCycle, *, now: datetime | None = None) -> Evidence:

@@ -26,17 +26,13 @@ S = CycleState
 ONLY_IN_ACCEPTANCE = [is_inside_acceptance]
 
 
-class GenerationFence(models.Model):
-    """Every UPDATE of the row also requires the generation it was loaded with (CAS).
+class GenerationFenceMixin:
+    """Every UPDATE of the row also requires the `generation` it was loaded with (CAS).
 
     ConcurrentTransitionMixin only compares the state column; this adds the version column,
-    so a stale instance fails to save even when the state happens to match.
+    so a stale instance fails to save even when the state happens to match. A plain mixin (not
+    an abstract model) so that FSMModelMixin stays ahead of Model in the MRO.
     """
-
-    generation = models.PositiveBigIntegerField(default=1)
-
-    class Meta:
-        abstract = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -60,7 +56,8 @@ class GenerationFence(models.Model):
         return updated
 
 
-class DunningCycle(GenerationFence, ConcurrentTransitionMixin, models.Model):
+class DunningCycle(GenerationFenceMixin, ConcurrentTransitionMixin, models.Model):
+    generation = models.PositiveBigIntegerField(default=1)
     cycle_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     subscription = models.ForeignKey("subscriptions.Subscription", on_delete=models.PROTECT, related_name="cycles")
     invoice = models.OneToOneField("subscriptions.Invoice", on_delete=models.PROTECT, related_name="cycle")

@@ -1,0 +1,97 @@
+from django.contrib import admin
+from simple_history.admin import SimpleHistoryAdmin
+
+from dunning.admin_base import ViewOnlyAdmin, ViewOnlyInline
+from dunning.models import (
+    DunningCycle,
+    DunningPolicy,
+    MonetaryFact,
+    OutboxMessage,
+    PaymentAttempt,
+    ProviderEvent,
+    ProviderReceipt,
+    TransitionReceipt,
+)
+
+
+class AttemptInline(ViewOnlyInline):
+    model = PaymentAttempt
+    fk_name = "cycle"
+    fields = ("operation_id", "origin", "state", "idempotency_key", "decline_code", "created_at", "resolved_at")
+    readonly_fields = fields
+
+
+class FactInline(ViewOnlyInline):
+    model = MonetaryFact
+    fields = ("kind", "amount", "currency", "provider_ref", "occurred_at", "receipt")
+    readonly_fields = fields
+
+
+class ReceiptInline(ViewOnlyInline):
+    model = TransitionReceipt
+    fk_name = "cycle"
+    fields = ("trusted_time", "edge", "from_state", "to_state", "accepted", "rejection_reason", "actor",
+              "decision_profile", "entitlement_generation")
+    readonly_fields = fields
+    ordering = ("-id",)
+
+
+@admin.register(DunningCycle)
+class DunningCycleAdmin(ViewOnlyAdmin, SimpleHistoryAdmin):
+    list_display = ("cycle_id", "subscription", "invoice", "state", "generation", "failure_class",
+                    "grace_expires_at", "next_attempt_at", "unknown_owner")
+    list_filter = ("state", "policy", "failure_class", "customer_action_required")
+    list_select_related = ("subscription", "invoice", "unknown_owner")
+    search_fields = ("cycle_id", "invoice__provider_invoice_id", "subscription__provider_subscription_id",
+                     "subscription__customer__email")
+    inlines = [AttemptInline, FactInline, ReceiptInline]
+    show_full_result_count = False
+
+
+@admin.register(DunningPolicy)
+class DunningPolicyAdmin(ViewOnlyAdmin):
+    list_display = ("identity", "mode", "retry_authority", "is_default", "cohort", "published_at")
+    readonly_fields = ("identity", "name", "version", "mode", "retry_authority", "prices", "cohort", "is_default",
+                       "digest", "published_at", "published_by", "source_text", "document")
+    exclude = ()
+
+
+@admin.register(ProviderEvent)
+class ProviderEventAdmin(ViewOnlyAdmin):
+    list_display = ("event_id", "event_type", "outcome", "subscription", "received_at", "processed_at")
+    list_filter = ("outcome", "event_type")
+    search_fields = ("event_id",)
+    show_full_result_count = False
+
+
+@admin.register(ProviderReceipt)
+class ProviderReceiptAdmin(ViewOnlyAdmin):
+    list_display = ("object_type", "object_id", "status", "amount", "currency", "fetched_at")
+    list_filter = ("object_type", "status")
+    search_fields = ("object_id",)
+    show_full_result_count = False
+
+
+@admin.register(MonetaryFact)
+class MonetaryFactAdmin(ViewOnlyAdmin):
+    list_display = ("kind", "invoice", "amount", "currency", "occurred_at", "recorded_at")
+    list_filter = ("kind",)
+    list_select_related = ("invoice",)
+    show_full_result_count = False
+
+
+@admin.register(TransitionReceipt)
+class TransitionReceiptAdmin(ViewOnlyAdmin):
+    list_display = ("trusted_time", "subscription", "edge", "from_state", "to_state", "accepted",
+                    "rejection_reason", "actor", "decision_profile", "entitlement_generation")
+    list_filter = ("accepted", "edge", "rejection_reason", "cause_kind")
+    list_select_related = ("subscription",)
+    search_fields = ("subscription__provider_subscription_id", "cause_ref", "ticket")
+    show_full_result_count = False
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(ViewOnlyAdmin):
+    list_display = ("topic", "dedupe_key", "created_at", "published_at", "delivery_attempts")
+    list_filter = ("topic",)
+    show_full_result_count = False

@@ -1,0 +1,47 @@
+"""manage.py load_demo — publish the shipped policies, load the demo data set and print an admin login."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from dunning.demo import load_demo
+from dunning.models import DunningPolicy
+from dunning.services.policies import policy_publish
+
+POLICY_DIR = Path(settings.BASE_DIR) / "dunning" / "policies"
+
+
+class Command(BaseCommand):
+    help = "Load the demo data set (idempotent) and print a fresh admin password."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--username", default="admin")
+        parser.add_argument("--no-password-reset", action="store_true",
+                            help="Keep an existing admin's password (nothing is printed for it).")
+
+    def handle(self, *args, username: str, no_password_reset: bool, **options):
+        if not DunningPolicy.objects.exists():
+            for path in sorted(POLICY_DIR.glob("*.yaml")):
+                policy_publish(text=path.read_text(encoding="utf-8"))
+        subscriptions = load_demo()
+        self.stdout.write(f"Demo data: {len(subscriptions)} subscriptions")
+        for sub in subscriptions:
+            blocking = sub.cycles.exclude(state__in=["CURRENT", "RECOVERED", "CLOSED_VOID"]).count()
+            self.stdout.write(f"  {sub.provider_subscription_id:<22} {sub.customer.email:<22} "
+                              f"{sub.entitlement_profile:<24} generation {sub.entitlement_generation}, "
+                              f"{blocking} open dunning cycle(s)")
+        user_model = get_user_model()
+        user, created = user_model.objects.get_or_create(
+            username=username, defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"}
+        )
+        if created or not no_password_reset:
+            password = secrets.token_urlsafe(12)
+            user.set_password(password)
+            user.is_staff = user.is_superuser = True
+            user.save()
+            self.stdout.write(self.style.SUCCESS(f"Admin login: username {username!r}  password {password!r}"))

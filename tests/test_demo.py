@@ -1,0 +1,27 @@
+from django.core.management import call_command
+
+from dunning.models import DunningCycle, ProviderReceipt, TransitionReceipt
+from dunning.services.recompute import compute_aggregate
+from subscriptions.models import Subscription
+
+
+def test_demo_data_set_has_the_promised_states_and_is_idempotent(db, capsys):
+    call_command("load_demo")
+    call_command("load_demo", "--no-password-reset")
+    out = capsys.readouterr().out
+    assert out.count("Admin login") == 1
+    subs = {s.provider_subscription_id: s for s in Subscription.objects.all()}
+    assert subs["sub_demo_healthy"].entitlement_profile == "FULL"
+    assert subs["sub_demo_grace"].entitlement_profile == "READ_EXPORT_NO_NEW_JOBS"
+    restricted = subs["sub_demo_restricted"]
+    assert restricted.entitlement_profile == "SUSPENDED"
+    assert list(restricted.invoices.values_list("status", flat=True)) == ["open", "open"]
+    assert set(restricted.cycles.values_list("state", flat=True)) == {"RESTRICTED"}
+    assert DunningCycle.objects.filter(subscription=subs["sub_demo_conflict"], state="EVIDENCE_CONFLICT").exists()
+    annual = subs["sub_demo_annual"]
+    assert annual.policy.identity == "annual-no-grace@1" and annual.entitlement_profile == "SUSPENDED"
+    assert annual.cycles.get().customer_action_required
+    for sub in subs.values():
+        assert sub.outstanding_cycle_root == compute_aggregate(sub, None)[0]
+    assert not TransitionReceipt.objects.filter(accepted=False).exists()
+    assert all(r.body.get("demo") for r in ProviderReceipt.objects.all())
