@@ -89,7 +89,8 @@ def _invoice(sub: Subscription, invoice_id: str, amount: int, opened: datetime) 
 def load_demo(now: datetime | None = None) -> list[Subscription]:
     """Idempotent: returns the demo subscriptions, creating them the first time."""
     now = now or trusted_now()
-    existing = list(Subscription.objects.filter(provider_subscription_id__startswith="sub_demo_").order_by("pk"))
+    existing = list(Subscription.objects.filter(provider_subscription_id__startswith="sub_demo_")
+                    .select_related("customer").order_by("pk"))
     if existing:
         return existing
     made = []
@@ -131,4 +132,4 @@ def load_demo(now: datetime | None = None) -> list[Subscription]:
     a = _invoice(annual, "in_demo_annual_2026", 49000, now - timedelta(hours=6))
     a.fail("stolen_card")
     made.append(annual)
-    return made
+    return list(Subscription.objects.filter(pk__in=[s.pk for s in made]).select_related("customer").order_by("pk"))

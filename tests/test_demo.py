@@ -10,6 +10,7 @@ def test_demo_data_set_has_the_promised_states_and_is_idempotent(db, capsys):
     call_command("load_demo", "--no-password-reset")
     out = capsys.readouterr().out
     assert out.count("Admin login") == 1
+    assert "sub_demo_restricted    rita@example.com       SUSPENDED" in out
     subs = {s.provider_subscription_id: s for s in Subscription.objects.all()}
     assert subs["sub_demo_healthy"].entitlement_profile == "FULL"
     assert subs["sub_demo_grace"].entitlement_profile == "READ_EXPORT_NO_NEW_JOBS"
