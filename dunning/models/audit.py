@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from simple_history.models import HistoricalRecords
 
 from dunning.append_only import AppendOnlyModel
 
@@ -77,6 +78,8 @@ class OutboxMessage(AppendOnlyModel):
     last_error = models.TextField(blank=True, default="")
     claimed_until = models.DateTimeField(null=True, blank=True)
     claimed_by = models.CharField(max_length=128, blank=True, default="")
+
+    history = HistoricalRecords()  # processing bookkeeping changes; the payload never does
 
     class Meta:
         indexes = [

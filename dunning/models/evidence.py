@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
+from simple_history.models import HistoricalRecords
 
 from dunning.append_only import AppendOnlyModel
 
@@ -46,6 +47,8 @@ class ProviderEvent(AppendOnlyModel):
                               on_delete=models.PROTECT, related_name="provider_events")
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
+
+    history = HistoricalRecords()  # processing bookkeeping changes; the payload never does
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["provider", "event_id"], name="uniq_provider_event")]
