@@ -1,0 +1,140 @@
+"""The payment-provider interface (SPEC §8): everything the product asks of a provider.
+
+Adapters return normalised objects plus the raw body (the raw body becomes the receipt).
+Errors are typed by what they mean for money: a *definite* refusal (`ProviderDeclined`,
+`ProviderNotFound`, `ProviderRequestError`) versus an *indeterminate* outcome
+(`ProviderIndeterminate`: timeout, connection loss, 5xx) after which a write may or may not
+have happened and must be resolved by querying, never by a new attempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+class ProviderError(Exception):
+    """Base of every provider failure."""
+
+
+class ProviderIndeterminate(ProviderError):
+    """Timeout, connection error or 5xx: the operation may or may not have taken effect."""
+
+
+class ProviderNotFound(ProviderError):
+    """The provider has no such object (definite)."""
+
+
+class ProviderRequestError(ProviderError):
+    """The provider refused the request itself (4xx other than a card decline), e.g. an
+    idempotency key reused with different parameters."""
+
+
+class ProviderDeclined(ProviderError):
+    """A definite payment failure with the provider's decline code."""
+
+    def __init__(self, message: str, *, decline_code: str, payment_ref: str = "", raw: dict | None = None):
+        super().__init__(message)
+        self.decline_code = decline_code
+        self.payment_ref = payment_ref
+        self.raw = raw or {}
+
+
+class WebhookVerificationError(ProviderError):
+    """Signature, timestamp or payload of a webhook failed verification; `code` says which."""
+
+    def __init__(self, message: str, *, code: str = "SIGNATURE_INVALID") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ProviderInvoice:
+    id: str
+    account: str
+    subscription_id: str | None
+    customer_id: str | None
+    status: str  # draft | open | paid | void | uncollectible
+    amount_due: int  # minor units
+    amount_paid: int
+    currency: str  # lower-case ISO 4217
+    attempt_count: int
+    next_payment_attempt: datetime | None
+    payment_refs: tuple[str, ...]  # payment intent / charge ids linked to the invoice, newest last
+    price_ids: tuple[str, ...]  # price (or legacy plan) ids of the invoice lines
+    billing_reason: str = ""
+    period_start: datetime | None = None
+    period_end: datetime | None = None
+    hosted_invoice_url: str = ""
+    last_decline_code: str = ""  # from the last payment error, when the provider shows one
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ProviderPayment:
+    """A payment intent or charge."""
+
+    id: str
+    object: str  # payment_intent | charge
+    status: str  # succeeded | failed | requires_payment_method | processing | canceled | ...
+    amount: int
+    amount_refunded: int
+    currency: str
+    invoice_id: str | None
+    decline_code: str
+    disputed: bool
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ProviderDispute:
+    id: str
+    status: str  # warning_needs_response | needs_response | under_review | won | lost | ...
+    amount: int
+    currency: str
+    payment_ref: str  # charge or payment intent id
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ProviderSubscription:
+    id: str
+    account: str
+    customer_id: str
+    customer_email: str
+    status: str
+    price_ids: tuple[str, ...]
+    interval: str  # month | year
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class PayOutcome:
+    """Definite result of paying an invoice (an indeterminate one raises)."""
+
+    invoice: ProviderInvoice
+    payment_ref: str
+
+
+class PaymentProvider(Protocol):
+    name: str
+
+    def fetch_invoice(self, invoice_id: str) -> ProviderInvoice: ...
+
+    def fetch_payment(self, payment_id: str) -> ProviderPayment: ...
+
+    def fetch_dispute(self, dispute_id: str) -> ProviderDispute: ...
+
+    def fetch_subscription(self, subscription_id: str) -> ProviderSubscription: ...
+
+    def pay_invoice(self, invoice_id: str, *, idempotency_key: str) -> PayOutcome:
+        """Charge the invoice's default payment method under `idempotency_key`.
+        Raises ProviderDeclined (definite failure) or ProviderIndeterminate (unknown)."""
+        ...
+
+    def list_events(self, *, created_after: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    def verify_webhook(self, *, payload: bytes, signature_header: str, now: datetime) -> dict[str, Any]:
+        """Return the parsed event or raise WebhookVerificationError."""
+        ...

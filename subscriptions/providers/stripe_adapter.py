@@ -1,0 +1,286 @@
+"""Stripe behind the provider interface, through the official SDK.
+
+Reads both invoice shapes: before API version 2025-03-31 (`subscription`, `charge`,
+`payment_intent`, `paid` on the invoice) and after it (`parent.subscription_details`,
+`payments` of InvoicePayment objects). Webhook endpoints are pinned to different versions in
+the wild, so event bodies come in either shape too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import stripe
+
+from subscriptions.providers.base import (
+    PayOutcome,
+    ProviderDeclined,
+    ProviderDispute,
+    ProviderError,
+    ProviderIndeterminate,
+    ProviderInvoice,
+    ProviderNotFound,
+    ProviderPayment,
+    ProviderRequestError,
+    ProviderSubscription,
+    WebhookVerificationError,
+)
+
+NEW_SHAPE_SINCE = "2025-03-31"
+DEFAULT_TOLERANCE_SECONDS = 300
+T = TypeVar("T")
+
+
+def is_legacy_api_version(version: str | None) -> bool:
+    return bool(version) and version[:10] < NEW_SHAPE_SINCE
+
+
+def _ts(value: Any) -> datetime | None:
+    return datetime.fromtimestamp(int(value), tz=UTC) if value not in (None, "") else None
+
+
+def _id(value: Any) -> str | None:
+    """An expandable field is either an id or an expanded object."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value.get("id")
+    return str(value)
+
+
+def invoice_subscription_id(raw: dict[str, Any]) -> str | None:
+    legacy = _id(raw.get("subscription"))
+    if legacy:
+        return legacy
+    parent = raw.get("parent") or {}
+    details = parent.get("subscription_details") or {}
+    return _id(details.get("subscription"))
+
+
+def invoice_payment_refs(raw: dict[str, Any]) -> tuple[str, ...]:
+    """Payment references, oldest first. One payment is named once: by its payment intent when
+    it has one (the legacy shape also names its charge), so refunds and disputes that cite the
+    charge are matched through the payment intent they carry."""
+    refs: list[str] = []
+    legacy = _id(raw.get("payment_intent")) or _id(raw.get("charge"))
+    if legacy:
+        refs.append(legacy)
+    payments = raw.get("payments") or {}
+    for item in payments.get("data", []) if isinstance(payments, dict) else []:
+        payment = item.get("payment") or {}
+        ref = _id(payment.get("payment_intent")) or _id(payment.get("charge"))
+        if ref and ref not in refs:
+            refs.append(ref)
+    return tuple(refs)
+
+
+def invoice_price_ids(raw: dict[str, Any]) -> tuple[str, ...]:
+    prices: list[str] = []
+    for line in (raw.get("lines") or {}).get("data", []):
+        pricing = (line.get("pricing") or {}).get("price_details") or {}
+        price = _id(pricing.get("price")) or _id(line.get("price")) or _id(line.get("plan"))
+        if price and price not in prices:
+            prices.append(price)
+    return tuple(prices)
+
+
+def parse_invoice(raw: dict[str, Any], *, account: str) -> ProviderInvoice:
+    return ProviderInvoice(
+        id=raw["id"], account=account, subscription_id=invoice_subscription_id(raw),
+        customer_id=_id(raw.get("customer")), status=raw.get("status") or "draft",
+        amount_due=int(raw.get("amount_due") or 0), amount_paid=int(raw.get("amount_paid") or 0),
+        currency=(raw.get("currency") or "").lower(), attempt_count=int(raw.get("attempt_count") or 0),
+        next_payment_attempt=_ts(raw.get("next_payment_attempt")), payment_refs=invoice_payment_refs(raw),
+        price_ids=invoice_price_ids(raw), billing_reason=raw.get("billing_reason") or "",
+        period_start=_ts(raw.get("period_start")), period_end=_ts(raw.get("period_end")),
+        hosted_invoice_url=raw.get("hosted_invoice_url") or "", last_decline_code=_embedded_decline(raw), raw=raw,
+    )
+
+
+def _embedded_decline(raw: dict[str, Any]) -> str:
+    charge = raw.get("charge")
+    if isinstance(charge, dict):
+        return charge.get("failure_code") or ((charge.get("outcome") or {}).get("reason") or "")
+    return ""
+
+
+def parse_payment(raw: dict[str, Any]) -> ProviderPayment:
+    error = raw.get("last_payment_error") or {}
+    outcome = raw.get("outcome") or {}
+    decline = (error.get("decline_code") or error.get("code") or raw.get("failure_code")
+               or (outcome.get("reason") if raw.get("status") == "failed" else "") or "")
+    return ProviderPayment(
+        id=raw["id"], object=raw.get("object", ""), status=raw.get("status", ""), amount=int(raw.get("amount") or 0),
+        amount_refunded=int(raw.get("amount_refunded") or 0), currency=(raw.get("currency") or "").lower(),
+        invoice_id=_id(raw.get("invoice")), decline_code=decline, disputed=bool(raw.get("disputed")), raw=raw,
+    )
+
+
+class StripeProvider:
+    name = "stripe"
+
+    def __init__(self, *, api_key: str, api_base: str, webhook_secrets: Iterable[str], account: str = "",
+                 timeout: float = 10.0, api_version: str | None = None) -> None:
+        self.account = account
+        self.api_version = api_version
+        self.webhook_secrets = [s for s in webhook_secrets if s]
+        self._client = stripe.StripeClient(
+            api_key, stripe_version=api_version, base_addresses={"api": api_base}, max_network_retries=0,
+            http_client=stripe.RequestsClient(timeout=timeout),
+        )
+
+    @property
+    def legacy(self) -> bool:
+        return is_legacy_api_version(self.api_version)
+
+    # ---- reads
+    def fetch_invoice(self, invoice_id: str) -> ProviderInvoice:
+        params = {} if self.legacy else {"expand": ["payments"]}
+        raw = self._call(lambda: self._client.v1.invoices.retrieve(invoice_id, params=params))
+        return parse_invoice(raw, account=self.account)
+
+    def fetch_payment(self, payment_id: str) -> ProviderPayment:
+        if payment_id.startswith("ch_") or payment_id.startswith("py_"):
+            raw = self._call(lambda: self._client.v1.charges.retrieve(payment_id))
+        else:
+            raw = self._call(lambda: self._client.v1.payment_intents.retrieve(payment_id))
+        return parse_payment(raw)
+
+    def fetch_dispute(self, dispute_id: str) -> ProviderDispute:
+        raw = self._call(lambda: self._client.v1.disputes.retrieve(dispute_id))
+        ref = _id(raw.get("payment_intent")) or _id(raw.get("charge")) or ""
+        return ProviderDispute(id=raw["id"], status=raw.get("status", ""), amount=int(raw.get("amount") or 0),
+                               currency=(raw.get("currency") or "").lower(), payment_ref=ref, raw=raw)
+
+    def fetch_subscription(self, subscription_id: str) -> ProviderSubscription:
+        raw = self._call(lambda: self._client.v1.subscriptions.retrieve(
+            subscription_id, params={"expand": ["customer"]}))
+        customer = raw.get("customer") or {}
+        items = (raw.get("items") or {}).get("data", [])
+        prices = tuple(p for p in (_id(i.get("price")) or _id(i.get("plan")) for i in items) if p)
+        if not prices and raw.get("plan"):
+            prices = (_id(raw["plan"]),)
+        interval = ""
+        for item in items:
+            recurring = (item.get("price") or {}).get("recurring") or item.get("plan") or {}
+            interval = recurring.get("interval") or interval
+        return ProviderSubscription(
+            id=raw["id"], account=self.account, customer_id=_id(customer) or "",
+            customer_email=customer.get("email", "") if isinstance(customer, dict) else "",
+            status=raw.get("status", ""), price_ids=prices, interval=interval or "month", raw=raw,
+        )
+
+    def list_events(self, *, created_after: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if created_after is not None:
+            params["created"] = {"gt": int(created_after.timestamp())}
+        page = self._call(lambda: self._client.v1.events.list(params=params))
+        return list(page.get("data", []))
+
+    # ---- writes
+    def pay_invoice(self, invoice_id: str, *, idempotency_key: str) -> PayOutcome:
+        if not idempotency_key:
+            raise ValueError("paying an invoice needs an idempotency key")
+        raw = self._call(lambda: self._client.v1.invoices.pay(
+            invoice_id, options={"idempotency_key": idempotency_key}))
+        invoice = parse_invoice(raw, account=self.account)
+        ref = invoice.payment_refs[-1] if invoice.payment_refs else ""
+        if invoice.status != "paid":
+            self._raise_for_unpaid(invoice, ref)
+        return PayOutcome(invoice=invoice, payment_ref=ref)
+
+    def _raise_for_unpaid(self, invoice: ProviderInvoice, ref: str) -> None:
+        """A 200 from pay whose invoice is not paid is not a payment: name what it is instead."""
+        payment = self.fetch_payment(ref) if ref else None
+        if payment is not None and payment.status == "processing":
+            raise ProviderIndeterminate(f"payment {ref} is still processing")
+        if payment is not None and payment.status == "requires_action":
+            raise ProviderDeclined("payment needs customer authentication", decline_code="authentication_required",
+                                   payment_ref=ref, raw=invoice.raw)
+        code = (payment.decline_code if payment else "") or invoice.last_decline_code or "card_declined"
+        raise ProviderDeclined(f"invoice {invoice.id} is {invoice.status} after paying", decline_code=code,
+                               payment_ref=ref, raw=invoice.raw)
+
+    # ---- webhooks
+    def verify_webhook(self, *, payload: bytes, signature_header: str, now: datetime) -> dict[str, Any]:
+        if not signature_header:
+            raise WebhookVerificationError("missing Stripe-Signature header", code="SIGNATURE_MISSING")
+        if not self.webhook_secrets:
+            raise WebhookVerificationError("no webhook secret configured", code="NO_SECRET_CONFIGURED")
+        timestamp = _header_timestamp(signature_header)
+        if timestamp - now.timestamp() > DEFAULT_TOLERANCE_SECONDS:
+            raise WebhookVerificationError("signature timestamp is more than 300 s in the future",
+                                           code="TIMESTAMP_IN_FUTURE")
+        if now.timestamp() - timestamp > DEFAULT_TOLERANCE_SECONDS:
+            raise WebhookVerificationError("signature timestamp is more than 300 s old", code="TIMESTAMP_TOO_OLD")
+        if not any(part.strip().startswith("v1=") for part in signature_header.split(",")):
+            raise WebhookVerificationError("no v1 signature in Stripe-Signature", code="NO_V1_SIGNATURE")
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WebhookVerificationError("payload is not UTF-8", code="MALFORMED_PAYLOAD") from exc
+        last_error: Exception | None = None
+        for secret in self.webhook_secrets:  # several secrets while one is being rolled
+            try:
+                event = stripe.Webhook.construct_event(text, signature_header, secret,
+                                                       tolerance=DEFAULT_TOLERANCE_SECONDS)
+                return event.to_dict()
+            except stripe.SignatureVerificationError as exc:
+                last_error = exc
+            except ValueError as exc:
+                raise WebhookVerificationError(f"payload is not a JSON event: {exc}", code="MALFORMED_PAYLOAD") from exc
+        raise WebhookVerificationError(str(last_error) if last_error else "signature did not verify",
+                                       code="SIGNATURE_MISMATCH")
+
+    # ---- errors
+    def _call(self, fn: Callable[[], Any]) -> dict[str, Any]:
+        try:
+            return fn().to_dict()
+        except stripe.CardError as exc:
+            error = (exc.json_body or {}).get("error", {})
+            payment = error.get("payment_intent") or error.get("charge") or ""
+            raise ProviderDeclined(
+                exc.user_message or str(exc), decline_code=error.get("decline_code") or exc.code or "card_declined",
+                payment_ref=_id(payment) or "", raw=error,
+            ) from exc
+        except stripe.APIConnectionError as exc:
+            raise ProviderIndeterminate(f"no answer from Stripe: {exc.user_message or exc}") from exc
+        except stripe.IdempotencyError as exc:
+            if exc.http_status == 409:
+                raise ProviderIndeterminate("the same idempotency key is being processed") from exc
+            raise ProviderRequestError(f"idempotency key misuse: {exc.user_message or exc}") from exc
+        except stripe.RateLimitError as exc:
+            raise ProviderIndeterminate("Stripe rate-limited the request") from exc
+        except stripe.InvalidRequestError as exc:
+            if exc.http_status == 404:
+                raise ProviderNotFound(exc.user_message or str(exc)) from exc
+            raise ProviderRequestError(exc.user_message or str(exc)) from exc
+        except stripe.StripeError as exc:
+            if exc.http_status == 404:
+                raise ProviderNotFound(exc.user_message or str(exc)) from exc
+            if exc.http_status is None or exc.http_status >= 500:
+                raise ProviderIndeterminate(f"Stripe error {exc.http_status}: {exc.user_message or exc}") from exc
+            raise ProviderError(exc.user_message or str(exc)) from exc
+
+
+def _header_timestamp(header: str) -> int:
+    for part in header.split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "t":
+            try:
+                return int(value)
+            except ValueError:
+                break
+    raise WebhookVerificationError("Stripe-Signature has no valid timestamp", code="SIGNATURE_MALFORMED")
+
+
+def provider_from_settings() -> StripeProvider:
+    from django.conf import settings
+
+    return StripeProvider(
+        api_key=settings.STRIPE_API_KEY, api_base=settings.STRIPE_API_BASE,
+        webhook_secrets=settings.STRIPE_WEBHOOK_SECRETS, account=settings.STRIPE_ACCOUNT,
+        timeout=settings.STRIPE_TIMEOUT_SECONDS, api_version=settings.STRIPE_API_VERSION or None,
+    )
