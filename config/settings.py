@@ -99,6 +99,14 @@ CELERY_TIMEZONE = "UTC"
 STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "sk_test_local")
 STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "https://api.stripe.com")
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "whsec_local")
+# While a secret is rolled, STRIPE_WEBHOOK_SECRETS lists the old and new ones (comma separated).
+STRIPE_WEBHOOK_SECRETS = [
+    s.strip() for s in os.environ.get("STRIPE_WEBHOOK_SECRETS", STRIPE_WEBHOOK_SECRET).split(",") if s.strip()
+]
+STRIPE_ACCOUNT = os.environ.get("STRIPE_ACCOUNT", "acct_demo")
+STRIPE_API_VERSION = os.environ.get("STRIPE_API_VERSION", "")  # empty: the SDK's pinned version
+STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "10"))
+WEBHOOK_MAX_BODY_BYTES = int(os.environ.get("WEBHOOK_MAX_BODY_BYTES", str(512 * 1024)))
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 

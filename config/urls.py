@@ -1,9 +1,12 @@
 from django.contrib import admin
 from django.urls import path
 
+from dunning.views_webhooks import stripe_webhook
+
 admin.site.site_header = "Dunning & entitlement grace — support console"
 admin.site.site_title = "Dunning support"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
 ]

@@ -1,10 +1,11 @@
 from dunning.models.audit import CauseKind, OutboxMessage, TransitionReceipt
 from dunning.models.cycle import AttemptOrigin, DunningCycle, PaymentAttempt
 from dunning.models.evidence import EventOutcome, FactKind, MonetaryFact, ProviderEvent, ProviderReceipt
+from dunning.models.inbox import Verification, WebhookDelivery
 from dunning.models.policy import DunningPolicy
 
 __all__ = [
     "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "EventOutcome", "FactKind",
     "MonetaryFact", "OutboxMessage", "PaymentAttempt", "ProviderEvent", "ProviderReceipt",
-    "TransitionReceipt",
+    "TransitionReceipt", "Verification", "WebhookDelivery",
 ]
