@@ -54,8 +54,17 @@ EXCEPTION_REQUIREMENTS = ("owner", "reason", "ticket")
 DEFAULT_INVOICE_STATUS_MAPPING = {
     "draft": "CLOSED", "open": "BLOCKING", "paid": "CLOSED", "void": "CLOSED", "uncollectible": "BLOCKING",
 }
+# Stripe's hard declines: never retried, whatever a policy says; the customer must act.
+HARD_DECLINES = {
+    "incorrect_number": "NON_RETRYABLE", "lost_card": "NON_RETRYABLE", "pickup_card": "NON_RETRYABLE",
+    "stolen_card": "NON_RETRYABLE", "revocation_of_authorization": "NON_RETRYABLE",
+    "revocation_of_all_authorizations": "NON_RETRYABLE", "authentication_required": "CUSTOMER_ACTION",
+    "highest_risk_level": "NON_RETRYABLE",
+}
+NO_RETRY = ("CUSTOMER_ACTION", "NON_RETRYABLE")
 # SPEC §8 classification, consulted after the policy's own failure_classes.
 BUILTIN_FAILURE_CLASSES = {
+    **HARD_DECLINES, "timeout": "TRANSIENT_UNKNOWN", "api_error": "TRANSIENT_UNKNOWN",
     "insufficient_funds": "RETRYABLE", "processing_error": "RETRYABLE",
     "authentication_required": "CUSTOMER_ACTION", "expired_card": "CUSTOMER_ACTION",
     "lost_card": "NON_RETRYABLE", "stolen_card": "NON_RETRYABLE", "fraudulent": "NON_RETRYABLE",
@@ -138,7 +147,10 @@ class PolicyDocument:
         if not decline_code:
             return "RETRYABLE"
         code = decline_code.strip().lower()
-        return self.failure_classes.get(code) or BUILTIN_FAILURE_CLASSES.get(code, "RETRYABLE")
+        chosen = self.failure_classes.get(code) or BUILTIN_FAILURE_CLASSES.get(code, "RETRYABLE")
+        if code in HARD_DECLINES and chosen not in NO_RETRY:
+            return HARD_DECLINES[code]
+        return chosen
 
 
 def parse_policy_text(text: str) -> dict[str, Any]:
@@ -520,6 +532,9 @@ class _Checker:
                 self.fault(path, "a decline code must be a non-empty string")
             elif code.strip().lower() in result:
                 self.fault(path, "given twice (decline codes are compared case-insensitively)")
+            elif code.strip().lower() in HARD_DECLINES and failure_class and failure_class not in NO_RETRY:
+                self.fault(path, f"{code} is a hard decline and is never retried; map it to CUSTOMER_ACTION or "
+                                 "NON_RETRYABLE")
             elif failure_class:
                 result[code.strip().lower()] = failure_class
         return result

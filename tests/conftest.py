@@ -22,3 +22,47 @@ def policy(db):
 @pytest.fixture
 def staff(db, django_user_model):
     return django_user_model.objects.create_user("agent", password="x", is_staff=True)
+
+
+SHIPPED_POLICIES = ("standard-monthly", "annual-no-grace", "local-retry-monthly", "default-catch-all")
+
+
+@pytest.fixture
+def shipped_policies(db):
+    from pathlib import Path
+
+    from dunning.services.policies import policy_publish
+
+    return {name: policy_publish(text=(Path("dunning/policies") / f"{name}.yaml").read_text())[0]
+            for name in SHIPPED_POLICIES}
+
+
+@pytest.fixture(params=["current"])
+def api_shape(request):
+    return request.param
+
+
+@pytest.fixture
+def sim(settings, shipped_policies, client, django_capture_on_commit_callbacks, api_shape):
+    """The Stripe-compatible simulator on loopback; the app's adapter talks to it with the real SDK,
+    and its webhooks are posted to the app's webhook view, processed in process. Parametrize
+    `api_shape` with "legacy" to run a test with both sides pinned before 2025-03-31."""
+    from subscriptions.simulator import StripeSimulator
+
+    version = "2024-06-20" if api_shape == "legacy" else "2026-10-28.endive"
+
+    def post_to_app(body: bytes, headers: dict[str, str]) -> int:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post("/webhooks/stripe/", data=body, content_type="application/json",
+                                   HTTP_STRIPE_SIGNATURE=headers["Stripe-Signature"])
+        return response.status_code
+
+    simulator = StripeSimulator(account="acct_demo", webhook_secrets=["whsec_local"], sink=post_to_app,
+                                auto_deliver=False, webhook_api_version=version)
+    settings.STRIPE_API_BASE = simulator.start()
+    settings.STRIPE_WEBHOOK_SECRETS = ["whsec_local"]
+    settings.STRIPE_ACCOUNT = "acct_demo"
+    settings.STRIPE_TIMEOUT_SECONDS = 1.5
+    settings.STRIPE_API_VERSION = "2024-06-20" if api_shape == "legacy" else ""
+    yield simulator
+    simulator.stop()

@@ -842,3 +842,19 @@ def test_input_is_not_modified() -> None:
     before = copy.deepcopy(doc)
     validate_policy(doc)
     assert doc == before
+
+
+def test_hard_declines_can_never_be_made_retryable():
+    import json as _json
+
+    from tests.builders import policy_document
+
+    doc = policy_document(failure_classes={"stolen_card": "RETRYABLE"})
+    with pytest.raises(PolicyValidationError) as exc:
+        load_policy(_json.dumps(doc))
+    assert any("stolen_card is a hard decline" in e for e in exc.value.errors)
+    spec = load_policy(_json.dumps(policy_document(failure_classes={})))
+    for code in ("incorrect_number", "lost_card", "pickup_card", "stolen_card", "revocation_of_authorization",
+                 "revocation_of_all_authorizations", "authentication_required", "highest_risk_level"):
+        assert spec.failure_class_for(code) in ("CUSTOMER_ACTION", "NON_RETRYABLE"), code
+    assert spec.failure_class_for("timeout") == "TRANSIENT_UNKNOWN"

@@ -175,8 +175,14 @@ def expire_grace(ctx: EdgeContext) -> None:
     ctx.cycle.expire_grace()
 
 
+def _still_owed(ctx: EdgeContext) -> tuple[str, ...]:
+    """Invoice statuses that still mean debt. A lost dispute leaves the invoice `paid` at the
+    provider while the money went back, so for a reopened cycle `paid` still means owed."""
+    return (*UNPAID_STATUSES, "paid") if ctx.cycle.dispute_reopened else UNPAID_STATUSES
+
+
 def begin_restriction(ctx: EdgeContext) -> None:
-    require_fresh_invoice_receipt(ctx, UNPAID_STATUSES, "INVOICE_NOT_UNPAID")
+    require_fresh_invoice_receipt(ctx, _still_owed(ctx), "INVOICE_NOT_UNPAID")
     ctx.cycle.begin_restriction()
 
 
@@ -199,7 +205,7 @@ def request_cancellation(ctx: EdgeContext) -> None:
 
 
 def cancel(ctx: EdgeContext) -> None:
-    require_fresh_invoice_receipt(ctx, UNPAID_STATUSES, "INVOICE_NOT_UNPAID")
+    require_fresh_invoice_receipt(ctx, _still_owed(ctx), "INVOICE_NOT_UNPAID")
     ctx.cycle.cancel(now=ctx.now)
 
 

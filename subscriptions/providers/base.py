@@ -128,6 +128,8 @@ class PaymentProvider(Protocol):
 
     def fetch_subscription(self, subscription_id: str) -> ProviderSubscription: ...
 
+    def invoice_for_payment(self, payment_id: str) -> str | None: ...
+
     def pay_invoice(self, invoice_id: str, *, idempotency_key: str) -> PayOutcome:
         """Charge the invoice's default payment method under `idempotency_key`.
         Raises ProviderDeclined (definite failure) or ProviderIndeterminate (unknown)."""

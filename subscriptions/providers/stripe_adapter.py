@@ -8,6 +8,7 @@ the wild, so event bodies come in either shape too.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -172,6 +173,18 @@ class StripeProvider:
             status=raw.get("status", ""), price_ids=prices, interval=interval or "month", raw=raw,
         )
 
+    def invoice_for_payment(self, payment_id: str) -> str | None:
+        """Which invoice a payment intent or charge paid. Legacy payments name it; since 2025-03-31
+        the link lives on InvoicePayment objects."""
+        payment = self.fetch_payment(payment_id)
+        if payment.invoice_id or self.legacy:
+            return payment.invoice_id
+        kind = "charge" if payment.object == "charge" else "payment_intent"
+        page = self._call(lambda: self._client.v1.invoice_payments.list(
+            params={"payment": {"type": kind, kind: payment_id}, "limit": 1}))
+        data = page.get("data") or []
+        return _id(data[0].get("invoice")) if data else None
+
     def list_events(self, *, created_after: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit}
         if created_after is not None:
@@ -183,8 +196,9 @@ class StripeProvider:
     def pay_invoice(self, invoice_id: str, *, idempotency_key: str) -> PayOutcome:
         if not idempotency_key:
             raise ValueError("paying an invoice needs an idempotency key")
+        params = {} if self.legacy else {"expand": ["payments"]}
         raw = self._call(lambda: self._client.v1.invoices.pay(
-            invoice_id, options={"idempotency_key": idempotency_key}))
+            invoice_id, params=params, options={"idempotency_key": idempotency_key}))
         invoice = parse_invoice(raw, account=self.account)
         ref = invoice.payment_refs[-1] if invoice.payment_refs else ""
         if invoice.status != "paid":
@@ -224,9 +238,8 @@ class StripeProvider:
         last_error: Exception | None = None
         for secret in self.webhook_secrets:  # several secrets while one is being rolled
             try:
-                event = stripe.Webhook.construct_event(text, signature_header, secret,
-                                                       tolerance=DEFAULT_TOLERANCE_SECONDS)
-                return event.to_dict()
+                stripe.Webhook.construct_event(text, signature_header, secret, tolerance=DEFAULT_TOLERANCE_SECONDS)
+                return json.loads(text)  # plain JSON types, exactly as signed
             except stripe.SignatureVerificationError as exc:
                 last_error = exc
             except ValueError as exc:
@@ -237,7 +250,7 @@ class StripeProvider:
     # ---- errors
     def _call(self, fn: Callable[[], Any]) -> dict[str, Any]:
         try:
-            return fn().to_dict()
+            return _plain(fn())
         except stripe.CardError as exc:
             error = (exc.json_body or {}).get("error", {})
             payment = error.get("payment_intent") or error.get("charge") or ""
@@ -258,11 +271,22 @@ class StripeProvider:
                 raise ProviderNotFound(exc.user_message or str(exc)) from exc
             raise ProviderRequestError(exc.user_message or str(exc)) from exc
         except stripe.StripeError as exc:
+            if exc.http_status == 409:  # the same idempotency key is still in flight
+                raise ProviderIndeterminate("the same idempotency key is being processed") from exc
             if exc.http_status == 404:
                 raise ProviderNotFound(exc.user_message or str(exc)) from exc
             if exc.http_status is None or exc.http_status >= 500:
                 raise ProviderIndeterminate(f"Stripe error {exc.http_status}: {exc.user_message or exc}") from exc
             raise ProviderError(exc.user_message or str(exc)) from exc
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """The response as the provider sent it (the SDK's objects carry Decimals for some numbers)."""
+    response = getattr(obj, "last_response", None)
+    body = getattr(response, "body", None)
+    if body:
+        return json.loads(body)
+    return json.loads(json.dumps(obj.to_dict(), default=str))
 
 
 def _header_timestamp(header: str) -> int:

@@ -1,0 +1,271 @@
+"""Processing one inbox event (SPEC §8): attribute it, fetch the provider's current objects,
+store receipts, derive facts from the receipts, and reconcile the cycle through acceptance.
+
+The event body only says *which* objects to look at; what they are is always fetched.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+
+from dunning.clock import trusted_now
+from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, PaymentAttempt, ProviderEvent
+from dunning.services.acceptance import cycle_accept_transition
+from dunning.services.opening import InvoiceFacts, cycle_open_for_invoice
+from dunning.services.receipts import receipt_record
+from dunning.services.reconcile import cycle_reconcile_with_invoice
+from dunning.services.results import Cause, Evidence, Expect, FactSpec
+from dunning.services.subscription_import import subscription_import
+from dunning.states import CycleState
+from subscriptions.models import Invoice, Subscription
+from subscriptions.providers.base import PaymentProvider, ProviderIndeterminate, ProviderInvoice, ProviderNotFound
+from subscriptions.providers.registry import get_provider
+
+log = logging.getLogger(__name__)
+FAILED_PAYMENT_STATUSES = {"failed", "requires_payment_method", "canceled"}
+
+
+@dataclass
+class Processing:
+    outcome: str = EventOutcome.NO_CHANGE
+    detail: list[str] = field(default_factory=list)
+    subscription: Subscription | None = None
+    invoice: Invoice | None = None
+    cycle: DunningCycle | None = None
+
+    def finish(self, outcome: str, note: str = "") -> Processing:
+        self.outcome = outcome
+        if note:
+            self.detail.append(note)
+        return self
+
+
+class EventNotFinished(Exception):
+    """The provider could not be asked (indeterminate); the event stays pending for a retry."""
+
+
+def event_process(*, event_pk: int, now: datetime | None = None) -> str:
+    """Process one inbox event once. Safe to call again: a processed event is left alone."""
+    event = ProviderEvent.objects.get(pk=event_pk)
+    if event.processed_at is not None:
+        return event.outcome
+    now = now or trusted_now()
+    provider = get_provider(event.provider)
+    try:
+        result = _process(event, provider, now)
+    except ProviderIndeterminate as exc:
+        event.attempts += 1
+        event.error = f"provider did not answer: {exc}"
+        event.save(update_fields=["attempts", "error"])
+        raise EventNotFinished(str(exc)) from exc
+    except Exception:
+        event.attempts += 1
+        event.error = traceback.format_exc()[-4000:]
+        event.outcome = EventOutcome.FAILED
+        event.save(update_fields=["attempts", "error", "outcome"])
+        raise
+    event.outcome = result.outcome
+    event.outcome_detail = "; ".join(result.detail)[:4000]
+    event.subscription = result.subscription
+    event.invoice = result.invoice
+    event.cycle = result.cycle
+    event.processed_at = now
+    event.attempts += 1
+    event.error = ""
+    event.save(update_fields=["outcome", "outcome_detail", "subscription", "invoice", "cycle", "processed_at",
+                              "attempts", "error"])
+    return result.outcome
+
+
+def _process(event: ProviderEvent, provider: PaymentProvider, now: datetime) -> Processing:
+    p = Processing()
+    expected_account = settings.STRIPE_ACCOUNT
+    if event.account and expected_account and event.account != expected_account:
+        return p.finish(EventOutcome.QUARANTINED, f"event for account {event.account}, expected {expected_account}")
+    kind = event.event_type
+    obj = event.payload["data"]["object"]
+    cause = Cause.event(event.event_id)
+    if kind.startswith("customer.subscription."):
+        return _subscription_event(p, provider, obj["id"], cause, now)
+    if kind.startswith("invoice."):
+        if not obj.get("id"):
+            return p.finish(EventOutcome.IGNORED, f"{kind} has no invoice id (upcoming invoices are previews)")
+        return _invoice_evidence(p, event, provider, obj["id"], cause, now)
+    if kind.startswith(("payment_intent.", "charge.")) and not kind.startswith("charge.dispute."):
+        return _payment_event(p, event, provider, obj, cause, now)
+    if kind.startswith("charge.dispute."):
+        return _dispute_event(p, event, provider, obj["id"], cause, now)
+    return p.finish(EventOutcome.IGNORED, f"event type {kind} is not used for dunning")
+
+
+def _subscription_event(p: Processing, provider: PaymentProvider, sub_id: str, cause: Cause,
+                        now: datetime) -> Processing:
+    remote = provider.fetch_subscription(sub_id)
+    sub, created = subscription_import(remote, cause=cause, now=now)
+    p.subscription = sub
+    return p.finish(EventOutcome.APPLIED if created else EventOutcome.NO_CHANGE,
+                    "imported with its first snapshot" if created else f"provider status {remote.status}")
+
+
+def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProvider, invoice_id: str,
+                      cause: Cause, now: datetime, *, payment_ref: str = "",
+                      extra_facts: tuple[FactSpec, ...] = ()) -> Processing:
+    try:
+        inv = provider.fetch_invoice(invoice_id)
+    except ProviderNotFound:
+        return p.finish(EventOutcome.QUARANTINED, f"provider has no invoice {invoice_id}")
+    fetched_at = trusted_now()
+    if not inv.subscription_id:
+        receipt_record(object_type="invoice", body=inv.raw, account=inv.account, fetched_at=fetched_at,
+                       cause_event=event)
+        return p.finish(EventOutcome.UNATTRIBUTABLE, f"invoice {invoice_id} belongs to no subscription")
+    sub = Subscription.objects.filter(provider="stripe", provider_subscription_id=inv.subscription_id).first()
+    if sub is None:
+        sub, _ = subscription_import(provider.fetch_subscription(inv.subscription_id), cause=cause, now=now)
+        p.detail.append(f"imported subscription {inv.subscription_id}")
+    p.subscription = sub
+    if sub.provider_account and inv.account and sub.provider_account != inv.account:
+        return p.finish(EventOutcome.QUARANTINED, f"subscription belongs to {sub.provider_account}")
+    cycle = _cycle_for(sub, inv, cause, now)
+    p.invoice, p.cycle = cycle.invoice, cycle
+    receipt = receipt_record(object_type="invoice", body=inv.raw, invoice=cycle.invoice, account=inv.account,
+                             fetched_at=fetched_at, cause_event=event)
+    mismatch = _amount_mismatch(cycle, inv)
+    if mismatch:
+        return p.finish(EventOutcome.QUARANTINED, mismatch)
+    decline_code = _latest_decline_code(provider, inv)
+    if payment_ref and _contradicts_recorded_success(provider, payment_ref):
+        result = _flag_conflict(cycle, receipt, cause, now, f"payment {payment_ref} was recorded as succeeded, "
+                                                             f"and a fresh fetch now shows it failed")
+        return p.finish(EventOutcome.APPLIED if result.accepted else EventOutcome.NO_CHANGE,
+                        f"evidence conflict: {result.reason or 'flagged'}")
+    results = cycle_reconcile_with_invoice(cycle_pk=cycle.pk, inv=inv, receipt=receipt, decline_code=decline_code,
+                                           cause=cause, now=fetched_at, extra_facts=extra_facts)
+    accepted = [r for r in results if r.accepted]
+    refused = [f"{r.edge} refused: {r.reason}" for r in results if not r.accepted]
+    p.detail.extend([f"{r.edge}: {r.from_state}→{r.to_state}" for r in accepted] + refused)
+    return p.finish(EventOutcome.APPLIED if accepted else EventOutcome.NO_CHANGE,
+                    "" if results else f"cycle already agrees with invoice {inv.status}")
+
+
+def _cycle_for(sub: Subscription, inv: ProviderInvoice, cause: Cause, now: datetime) -> DunningCycle:
+    existing = DunningCycle.objects.select_related("invoice").filter(invoice__provider_invoice_id=inv.id).first()
+    if existing is not None:
+        return existing
+    return cycle_open_for_invoice(
+        subscription_pk=sub.pk, cause=cause, now=now,
+        invoice=InvoiceFacts(provider_invoice_id=inv.id, amount_due=inv.amount_due, currency=inv.currency,
+                             status=inv.status, amount_paid=0, attempt_count=0, next_payment_attempt=None,
+                             period_start=inv.period_start, period_end=inv.period_end,
+                             hosted_invoice_url=inv.hosted_invoice_url),
+    )
+
+
+def _amount_mismatch(cycle: DunningCycle, inv: ProviderInvoice) -> str:
+    if inv.currency != cycle.currency:
+        return f"currency changed from {cycle.currency} to {inv.currency}"
+    if inv.amount_due != cycle.amount:
+        return f"amount due changed from {cycle.amount} to {inv.amount_due}"
+    return ""
+
+
+def _latest_decline_code(provider: PaymentProvider, inv: ProviderInvoice) -> str:
+    if inv.status not in ("open", "uncollectible") or not inv.payment_refs:
+        return ""
+    return provider.fetch_payment(inv.payment_refs[-1]).decline_code
+
+
+def _contradicts_recorded_success(provider: PaymentProvider, payment_ref: str) -> bool:
+    if not MonetaryFact.objects.filter(kind=FactKind.PAYMENT_SUCCEEDED, provider_ref=payment_ref).exists():
+        return False
+    return provider.fetch_payment(payment_ref).status in FAILED_PAYMENT_STATUSES
+
+
+def _flag_conflict(cycle: DunningCycle, receipt, cause: Cause, now: datetime, reason: str):  # noqa: ANN001
+    fresh = DunningCycle.objects.select_related("invoice", "subscription", "pending_attempt").get(pk=cycle.pk)
+    if fresh.state == CycleState.EVIDENCE_CONFLICT:
+        return cycle_accept_transition(cycle_pk=cycle.pk, edge="record_evidence", expect=Expect.from_cycle(fresh),
+                                       cause=cause, evidence=Evidence(receipt=receipt), now=now)
+    return cycle_accept_transition(cycle_pk=cycle.pk, edge="flag_conflict", expect=Expect.from_cycle(fresh),
+                                   cause=cause, evidence=Evidence(receipt=receipt),
+                                   params={"conflict_reason": reason}, now=now)
+
+
+def _invoice_for_payment(provider: PaymentProvider, refs: list[str]) -> str | None:
+    """Which invoice a payment belongs to: what we recorded first, else what the provider says."""
+    refs = [r for r in refs if r]
+    fact = MonetaryFact.objects.filter(provider_ref__in=refs).select_related("invoice").first()
+    if fact is not None:
+        return fact.invoice.provider_invoice_id
+    attempt = PaymentAttempt.objects.filter(provider_payment_ref__in=refs).select_related("cycle__invoice").first()
+    if attempt is not None:
+        return attempt.cycle.invoice.provider_invoice_id
+    for ref in refs:
+        try:
+            invoice_id = provider.invoice_for_payment(ref)
+        except ProviderNotFound:
+            continue
+        if invoice_id:
+            return invoice_id
+    return None
+
+
+def _payment_event(p: Processing, event: ProviderEvent, provider: PaymentProvider, obj: dict, cause: Cause,
+                   now: datetime) -> Processing:
+    payment_id = obj["id"]
+    refs = [payment_id, obj.get("payment_intent") or "", obj.get("charge") or ""]
+    invoice_id = _invoice_for_payment(provider, [r if isinstance(r, str) else r.get("id", "") for r in refs])
+    if invoice_id is None:
+        return p.finish(EventOutcome.UNATTRIBUTABLE, f"payment {payment_id} is not linked to any invoice we know")
+    extra: tuple[FactSpec, ...] = ()
+    if event.event_type == "charge.refunded":
+        payment = provider.fetch_payment(payment_id)
+        receipt_record(object_type=payment.object or "charge", body=payment.raw, fetched_at=trusted_now(),
+                       cause_event=event)
+        if payment.amount_refunded:
+            extra = (FactSpec(FactKind.REFUNDED, payment.amount_refunded, payment.currency,
+                              f"refund:{payment.id}:{payment.amount_refunded}", now, provider_ref=payment.id),)
+    failure = event.event_type in ("payment_intent.payment_failed", "charge.failed")
+    return _invoice_evidence(p, event, provider, invoice_id, cause, now,
+                             payment_ref=payment_id if failure else "", extra_facts=extra)
+
+
+def _dispute_event(p: Processing, event: ProviderEvent, provider: PaymentProvider, dispute_id: str, cause: Cause,
+                   now: datetime) -> Processing:
+    dispute = provider.fetch_dispute(dispute_id)
+    receipt_record(object_type="dispute", body=dispute.raw, fetched_at=trusted_now(), cause_event=event)
+    refs = [dispute.payment_ref, dispute.raw.get("charge") or "", dispute.raw.get("payment_intent") or ""]
+    invoice_id = _invoice_for_payment(provider, [r if isinstance(r, str) else r.get("id", "") for r in refs])
+    if invoice_id is None:
+        return p.finish(EventOutcome.UNATTRIBUTABLE, f"dispute {dispute_id} is not linked to any invoice we know")
+    if dispute.status == "lost":
+        fact = FactSpec(FactKind.DISPUTE_LOST, dispute.amount, dispute.currency, f"dispute_lost:{dispute.id}", now,
+                        provider_ref=dispute.payment_ref)
+    elif dispute.status == "won":
+        fact = FactSpec(FactKind.DISPUTE_WON, dispute.amount, dispute.currency, f"dispute_won:{dispute.id}", now,
+                        provider_ref=dispute.payment_ref)
+    else:
+        fact = FactSpec(FactKind.DISPUTE_OPENED, dispute.amount, dispute.currency, f"dispute_opened:{dispute.id}",
+                        now, provider_ref=dispute.payment_ref)
+    result = _invoice_evidence(p, event, provider, invoice_id, cause, now, extra_facts=(fact,))
+    if dispute.status == "lost" and p.cycle is not None:
+        _reopen_after_lost_dispute(p, event, provider, invoice_id, cause, now, fact)
+    return result
+
+
+def _reopen_after_lost_dispute(p: Processing, event: ProviderEvent, provider: PaymentProvider, invoice_id: str,
+                               cause: Cause, now: datetime, fact: FactSpec) -> None:
+    cycle = DunningCycle.objects.select_related("invoice", "subscription", "pending_attempt").get(pk=p.cycle.pk)
+    if cycle.state != CycleState.RECOVERED:
+        return
+    result = cycle_accept_transition(cycle_pk=cycle.pk, edge="reopen_after_dispute", expect=Expect.from_cycle(cycle),
+                                     cause=cause, evidence=Evidence(facts=(fact,)), now=now)
+    p.detail.append(f"reopen_after_dispute: {'accepted' if result.accepted else result.reason}")
+    if result.accepted:
+        _invoice_evidence(Processing(), event, provider, invoice_id, cause, now)
+        p.outcome = EventOutcome.APPLIED

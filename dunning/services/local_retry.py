@@ -1,0 +1,170 @@
+"""Local retries (SPEC §9) for policies whose retry authority is LOCAL.
+
+The attempt's operation id and idempotency key are persisted (PREPARED) and the cycle moved to
+RETRY_DISPATCHING in committed transactions *before* the provider is called; the call itself
+runs outside any transaction. A timeout or 5xx leaves the attempt UNKNOWN, which is resolved by
+asking the provider — the invoice first, then the same request under the same key, which the
+provider answers from its idempotency record instead of charging again. A new key is never
+minted for an attempt whose outcome is unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from dunning.clock import trusted_now
+from dunning.models import DunningCycle, FactKind, PaymentAttempt
+from dunning.services.acceptance import cycle_accept_transition
+from dunning.services.receipts import receipt_record
+from dunning.services.reconcile import invoice_facts, invoice_update
+from dunning.services.results import Cause, Evidence, Expect, FactSpec, TransitionResult
+from dunning.states import AttemptState, CycleState
+from subscriptions.providers.base import (
+    PaymentProvider,
+    ProviderDeclined,
+    ProviderError,
+    ProviderIndeterminate,
+    ProviderInvoice,
+)
+from subscriptions.providers.registry import get_provider
+
+S = CycleState
+# Stripe keeps idempotency keys for 24 hours; resend only well inside that window.
+KEY_RESEND_WINDOW = timedelta(hours=23)
+
+
+@dataclass
+class RetryOutcome:
+    status: str  # PAID | DECLINED | UNKNOWN | REFUSED
+    detail: str = ""
+    results: list[TransitionResult] = field(default_factory=list)
+
+
+def _load(cycle_pk: int) -> DunningCycle:
+    return DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt").get(pk=cycle_pk)
+
+
+def _accept(out: RetryOutcome, cycle_pk: int, edge: str, cause: Cause, now: datetime,
+            evidence: Evidence | None = None, **params: object) -> TransitionResult:
+    cycle = _load(cycle_pk)
+    result = cycle_accept_transition(cycle_pk=cycle_pk, edge=edge, expect=Expect.from_cycle(cycle), cause=cause,
+                                     evidence=evidence, params=params, now=now)
+    out.results.append(result)
+    return result
+
+
+def retry_dispatch(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
+                   provider: PaymentProvider | None = None) -> RetryOutcome:
+    """Run one scheduled local retry end to end (or continue one a crash interrupted)."""
+    now = now or trusted_now()
+    provider = provider or get_provider()
+    out = RetryOutcome("REFUSED")
+    cycle = _load(cycle_pk)
+    if cycle.state in (S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN):
+        return retry_resolve(cycle_pk=cycle_pk, cause=cause, now=now, provider=provider)
+    if cycle.state != S.RETRY_SCHEDULED:
+        out.detail = f"no retry is scheduled (cycle is {cycle.state})"
+        return out
+    if cycle.pending_attempt is None:
+        prepared = _accept(out, cycle_pk, "prepare_retry", cause, now)
+        if not prepared.accepted:
+            out.detail = prepared.reason
+            return out
+    dispatched = _accept(out, cycle_pk, "dispatch_retry", cause, now)
+    if not dispatched.accepted:
+        out.detail = dispatched.reason
+        return out
+    return _send(out, _load(cycle_pk), cause, now, provider)
+
+
+def retry_resolve(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
+                  provider: PaymentProvider | None = None) -> RetryOutcome:
+    """Resolve a dispatched or unknown attempt by asking the provider, never by a new attempt."""
+    now = now or trusted_now()
+    provider = provider or get_provider()
+    out = RetryOutcome("UNKNOWN")
+    cycle = _load(cycle_pk)
+    attempt = cycle.pending_attempt
+    if cycle.state not in (S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN) or attempt is None:
+        return RetryOutcome("REFUSED", f"nothing to resolve (cycle is {cycle.state})")
+    try:
+        inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
+    except ProviderIndeterminate as exc:
+        return _unknown(out, cycle, cause, now, f"provider query failed: {exc}")
+    if inv.status == "paid":
+        return _paid(out, cycle, inv, cause, now)
+    if attempt.dispatched_at and now - attempt.dispatched_at > KEY_RESEND_WINDOW:
+        return _unknown(out, cycle, cause, now, "idempotency key past its retention window; a person must decide")
+    return _send(out, cycle, cause, now, provider)
+
+
+def _send(out: RetryOutcome, cycle: DunningCycle, cause: Cause, now: datetime,
+          provider: PaymentProvider) -> RetryOutcome:
+    attempt: PaymentAttempt = cycle.pending_attempt
+    try:
+        paid = provider.pay_invoice(cycle.invoice.provider_invoice_id, idempotency_key=attempt.idempotency_key)
+    except ProviderDeclined as declined:
+        return _declined(out, cycle, declined, cause, now, provider)
+    except ProviderIndeterminate as exc:
+        return _unknown(out, cycle, cause, now, f"no definite answer: {exc}")
+    except ProviderError as exc:
+        # A definite refusal of the request (e.g. the invoice is already paid or void): the invoice says why.
+        try:
+            inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
+        except ProviderIndeterminate:
+            return _unknown(out, cycle, cause, now, f"request refused ({exc}) and the invoice could not be fetched")
+        if inv.status == "paid":
+            return _paid(out, cycle, inv, cause, now)
+        return _unknown(out, cycle, cause, now, f"provider refused the request: {exc}")
+    try:
+        inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
+    except ProviderIndeterminate:
+        inv = paid.invoice
+    return _paid(out, cycle, inv, cause, now, payment_ref=paid.payment_ref)
+
+
+def _receipt(cycle: DunningCycle, inv: ProviderInvoice):  # noqa: ANN202
+    return receipt_record(object_type="invoice", body=inv.raw, invoice=cycle.invoice, account=inv.account,
+                          fetched_at=trusted_now())
+
+
+def _paid(out: RetryOutcome, cycle: DunningCycle, inv: ProviderInvoice, cause: Cause, now: datetime,
+          payment_ref: str = "") -> RetryOutcome:
+    evidence = Evidence(receipt=_receipt(cycle, inv), invoice=invoice_update(inv),
+                        facts=invoice_facts(inv, decline_code="", now=now))
+    ref = payment_ref or (inv.payment_refs[-1] if inv.payment_refs else "")
+    result = _accept(out, cycle.pk, "recover", cause, now, evidence, provider_payment_ref=ref)
+    out.status = "PAID" if result.accepted else "REFUSED"
+    out.detail = "" if result.accepted else result.reason
+    return out
+
+
+def _declined(out: RetryOutcome, cycle: DunningCycle, declined: ProviderDeclined, cause: Cause, now: datetime,
+              provider: PaymentProvider) -> RetryOutcome:
+    attempt = cycle.pending_attempt
+    try:
+        inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
+        evidence = Evidence(receipt=_receipt(cycle, inv), invoice=invoice_update(inv), facts=(
+            FactSpec(FactKind.PAYMENT_FAILED, cycle.invoice.amount_due, cycle.invoice.currency,
+                     f"failed:{cycle.invoice.provider_invoice_id}:{attempt.idempotency_key}", now,
+                     provider_ref=declined.payment_ref, decline_code=declined.decline_code),))
+    except ProviderIndeterminate:
+        evidence = Evidence()
+    failed = _accept(out, cycle.pk, "retry_failed", cause, now, evidence, decline_code=declined.decline_code,
+                     provider_payment_ref=declined.payment_ref)
+    out.status = "DECLINED" if failed.accepted else "REFUSED"
+    out.detail = declined.decline_code
+    if failed.accepted:
+        _accept(out, cycle.pk, "return_to_grace", cause, now)
+        # The policy's next interval, unless the guard says the budget is spent or the decline is hard.
+        _accept(out, cycle.pk, "schedule_retry", cause, now)
+    return out
+
+
+def _unknown(out: RetryOutcome, cycle: DunningCycle, cause: Cause, now: datetime, why: str) -> RetryOutcome:
+    out.status = "UNKNOWN"
+    out.detail = why
+    if cycle.state == S.RETRY_DISPATCHING and cycle.pending_attempt.state == AttemptState.DISPATCHING:
+        _accept(out, cycle.pk, "mark_unknown", cause, now)
+    return out

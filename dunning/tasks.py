@@ -1,0 +1,13 @@
+"""Celery tasks: thin wrappers that load ids and call services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from dunning.services.event_processing import EventNotFinished, event_process
+
+
+@shared_task(bind=True, autoretry_for=(EventNotFinished,), retry_backoff=5, retry_backoff_max=600, max_retries=20,
+             acks_late=True)
+def process_provider_event(self, event_pk: int) -> str:  # noqa: ANN001
+    return event_process(event_pk=event_pk)
