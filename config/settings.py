@@ -71,7 +71,7 @@ TEMPLATES = [
 WSGI_APPLICATION = "config.wsgi.application"
 
 _default_sqlite = f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL", _default_sqlite))}
+DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL") or _default_sqlite)}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False  # writes choose their own durable transaction
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

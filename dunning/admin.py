@@ -11,6 +11,7 @@ from dunning.models import (
     ProviderEvent,
     ProviderReceipt,
     TransitionReceipt,
+    WebhookDelivery,
 )
 
 
@@ -95,3 +96,20 @@ class OutboxMessageAdmin(ViewOnlyAdmin):
     list_display = ("topic", "dedupe_key", "created_at", "published_at", "delivery_attempts")
     list_filter = ("topic",)
     show_full_result_count = False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ViewOnlyAdmin):
+    """Every request that reached the webhook endpoint, verified or not."""
+
+    list_display = ("received_at", "verification", "rejection_reason", "http_status", "claimed_event_id",
+                    "duplicate", "body_size", "remote_addr")
+    list_filter = ("verification", "rejection_reason", "duplicate")
+    search_fields = ("claimed_event_id", "body_sha256")
+    exclude = ("body",)
+    readonly_fields = ("body_text",)
+    show_full_result_count = False
+
+    @admin.display(description="body (as received)")
+    def body_text(self, obj):
+        return bytes(obj.body).decode("utf-8", errors="replace")
