@@ -2,9 +2,18 @@ from dunning.models.audit import CauseKind, OutboxMessage, TransitionReceipt
 from dunning.models.cycle import AttemptOrigin, DunningCycle, PaymentAttempt
 from dunning.models.evidence import EventOutcome, FactKind, MonetaryFact, ProviderEvent, ProviderReceipt
 from dunning.models.inbox import Verification, WebhookDelivery
+from dunning.models.operations import (
+    Alert,
+    AlertKind,
+    IncidentSwitch,
+    JobRun,
+    NotificationDelivery,
+    ReconciliationReport,
+)
 from dunning.models.policy import DunningPolicy
 
 __all__ = [
+    "Alert", "AlertKind", "IncidentSwitch", "JobRun", "NotificationDelivery", "ReconciliationReport",
     "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "EventOutcome", "FactKind",
     "MonetaryFact", "OutboxMessage", "PaymentAttempt", "ProviderEvent", "ProviderReceipt",
     "TransitionReceipt", "Verification", "WebhookDelivery",

@@ -1,0 +1,115 @@
+"""Operational records: job runs, the incident switch, reconciliation reports, alerts and
+notification deliveries (SPEC §10, §15)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from simple_history.models import HistoricalRecords
+
+from dunning.append_only import AppendOnlyModel
+
+
+class JobRun(AppendOnlyModel):
+    """One run of a scheduled job, with the trusted time it ran for and what it did."""
+
+    MUTABLE_FIELDS = frozenset({"finished_at", "status", "examined", "changed", "refused", "errors", "detail"})
+
+    job = models.CharField(max_length=64, db_index=True)
+    run_for = models.DateTimeField(help_text="The trusted `now` the job evaluated guards against.")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, default="RUNNING")  # RUNNING | OK | PARTIAL | FAILED
+    examined = models.PositiveIntegerField(default=0)
+    changed = models.PositiveIntegerField(default=0)
+    refused = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    detail = models.TextField(blank=True, default="")
+    worker = models.CharField(max_length=128, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "-run_for"], name="jobrun_job_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.job} for {self.run_for:%Y-%m-%d %H:%M} {self.status}"
+
+
+class IncidentSwitch(models.Model):
+    """While active, no cycle of the cohort enters RESTRICTING (SPEC §11, §15). Ending it is a
+    recorded decision too; nothing here fabricates a payment."""
+
+    cohort = models.CharField(max_length=64, default="*", help_text='A cohort, or "*" for all.')
+    pause_restrictions = models.BooleanField(default=True)
+    reason = models.TextField()
+    ticket = models.CharField(max_length=128)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    started_at = models.DateTimeField()
+    ended_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="+")
+    ended_at = models.DateTimeField(null=True, blank=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        indexes = [models.Index(fields=["cohort"], name="incident_active_cohort",
+                                condition=models.Q(ended_at__isnull=True))]
+
+    def __str__(self) -> str:
+        return f"incident {self.ticket} ({'active' if self.ended_at is None else 'ended'})"
+
+
+class ReconciliationReport(AppendOnlyModel):
+    """Daily comparison of provider-paid invoices, local facts and entitlement snapshots."""
+
+    run_for = models.DateTimeField()
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    created_at = models.DateTimeField()
+    totals = models.JSONField(default=dict)
+    discrepancies = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return f"reconciliation {self.window_start:%Y-%m-%d}..{self.window_end:%Y-%m-%d}: {len(self.discrepancies)}"
+
+
+class AlertKind(models.TextChoices):
+    PAID_NOT_RESTORED = "PAID_NOT_RESTORED", "Paid but access not restored"
+    DUPLICATE_CHARGE = "DUPLICATE_CHARGE", "Two successful charges for one invoice"
+    FAILURE_RATE_SPIKE = "FAILURE_RATE_SPIKE", "Payment failure rate above the 7-day mean"
+    RECONCILIATION_MISMATCH = "RECONCILIATION_MISMATCH", "Reconciliation found a mismatch"
+    UNKNOWN_UNOWNED = "UNKNOWN_UNOWNED", "Unknown payment without an owner"
+
+
+class Alert(AppendOnlyModel):
+    MUTABLE_FIELDS = frozenset({"resolved_at", "resolved_by", "last_seen_at", "occurrences"})
+
+    kind = models.CharField(max_length=32, choices=AlertKind.choices)
+    dedupe_key = models.CharField(max_length=255, unique=True)
+    subscription = models.ForeignKey("subscriptions.Subscription", null=True, blank=True, on_delete=models.PROTECT,
+                                     related_name="alerts")
+    invoice = models.ForeignKey("subscriptions.Invoice", null=True, blank=True, on_delete=models.PROTECT,
+                                related_name="alerts")
+    detail = models.TextField()
+    figures = models.JSONField(default=dict)
+    raised_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    occurrences = models.PositiveIntegerField(default=1)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=150, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.detail[:60]}"
+
+
+class NotificationDelivery(AppendOnlyModel):
+    """What the notification consumer did with one outbox message: it sends at most once."""
+
+    message = models.OneToOneField("dunning.OutboxMessage", on_delete=models.PROTECT, related_name="delivery")
+    status = models.CharField(max_length=16)  # SENT | SKIPPED
+    reason = models.CharField(max_length=255, blank=True, default="")
+    recipient = models.EmailField(blank=True, default="")
+    template = models.CharField(max_length=64)
+    subject = models.CharField(max_length=255, blank=True, default="")
+    handled_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.template} → {self.recipient or '—'} {self.status}"
