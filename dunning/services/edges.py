@@ -20,6 +20,7 @@ from dunning.services.guards import (
     require_fresh_invoice_receipt,
     require_no_pending_attempt,
     require_profile,
+    require_restrictions_not_paused,
     require_retry_allowed,
     require_staff_decision,
 )
@@ -182,6 +183,7 @@ def _still_owed(ctx: EdgeContext) -> tuple[str, ...]:
 
 
 def begin_restriction(ctx: EdgeContext) -> None:
+    require_restrictions_not_paused(ctx)
     require_fresh_invoice_receipt(ctx, _still_owed(ctx), "INVOICE_NOT_UNPAID")
     ctx.cycle.begin_restriction()
 
@@ -195,6 +197,7 @@ def request_cancellation(ctx: EdgeContext) -> None:
     if manual:
         require_staff_decision(ctx)
     else:
+        require_restrictions_not_paused(ctx)
         due_after = ctx.spec.cancel_after_restricted
         if ctx.spec.cancel_after != "MANUAL_OR_POLICY_TERMINAL" or due_after is None:
             refuse("CANCEL_NOT_DUE", "this policy cancels only by a support decision")
@@ -250,7 +253,7 @@ def resolve_conflict(ctx: EdgeContext) -> None:
 def grant_exception(ctx: EdgeContext) -> None:
     require_staff_decision(ctx)
     expires_at: datetime = ctx.param("expires_at")
-    owner = (ctx.param("owner", required=False) or ctx.cause.actor).strip()
+    owner = (ctx.param("owner", required=False) or "").strip() or ctx.cause.actor
     profile = ctx.param("profile", required=False) or FULL
     require_profile(profile)
     if expires_at is None or expires_at <= ctx.now:

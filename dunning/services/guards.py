@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dunning.models import CauseKind, DunningCycle, PaymentAttempt
+from dunning.models import CauseKind, DunningCycle, IncidentSwitch, PaymentAttempt
 from dunning.policy_document import PolicyDocument
 from dunning.services.results import Cause, Evidence
 from dunning.states import NO_RETRY_CLASSES, PENDING_ATTEMPT_STATES
@@ -107,3 +107,16 @@ def require_staff_decision(ctx: EdgeContext) -> None:
 def require_profile(name: str) -> None:
     if name not in PROFILES:
         refuse("UNKNOWN_PROFILE", f"{name!r} is not an entitlement profile")
+
+
+def active_incident(cohort: str) -> IncidentSwitch | None:
+    return (IncidentSwitch.objects.filter(ended_at__isnull=True, pause_restrictions=True, cohort__in=("*", cohort))
+            .order_by("started_at").first())
+
+
+def require_restrictions_not_paused(ctx: EdgeContext) -> None:
+    """An incident switch pauses new restrictions and automatic cancellations (SPEC §15)."""
+    incident = active_incident(ctx.subscription.cohort)
+    if incident is not None:
+        refuse("RESTRICTIONS_PAUSED", f"incident {incident.ticket} pauses new restrictions since "
+                                      f"{incident.started_at.isoformat()}: {incident.reason}")
