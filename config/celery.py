@@ -7,3 +7,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("dunning")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# Every job of SPEC §10 on the beat schedule; `manage.py run_jobs` runs the same jobs once.
+from dunning.jobs.schedule import beat_schedule  # noqa: E402
+
+app.conf.beat_schedule = beat_schedule()

@@ -109,6 +109,28 @@ STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "10"))
 WEBHOOK_MAX_BODY_BYTES = int(os.environ.get("WEBHOOK_MAX_BODY_BYTES", str(512 * 1024)))
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "billing@example.com")
+
+# Scheduled operations (SPEC §10). Times in seconds.
+DUNNING_FRESH_RECEIPT_MAX_AGE_SECONDS = int(os.environ.get("DUNNING_FRESH_RECEIPT_MAX_AGE_SECONDS", "300"))
+DUNNING_PUBLIC_BASE_URL = os.environ.get("DUNNING_PUBLIC_BASE_URL", "http://localhost:8000")
+DUNNING_SUPPORT_EMAIL = os.environ.get("DUNNING_SUPPORT_EMAIL", "support@example.com")
+# Who owns unknown payments: one queue user, else members of these groups in turn.
+DUNNING_UNKNOWN_PAYMENT_QUEUE_USER = os.environ.get("DUNNING_UNKNOWN_PAYMENT_QUEUE_USER", "")
+DUNNING_UNKNOWN_OWNER_GROUPS = ("Billing leads", "Support agents")
+DUNNING_INBOX_STALE_SECONDS = 60
+DUNNING_DISPATCH_STALE_SECONDS = 120
+DUNNING_PROVIDER_RETRY_OVERDUE_SECONDS = 3600
+# Alerts and reconciliation.
+DUNNING_ALERT_PAID_NOT_RESTORED_SECONDS = 60
+DUNNING_ALERT_LOOKBACK_DAYS = 7
+DUNNING_FAILURE_SPIKE_FACTOR = float(os.environ.get("DUNNING_FAILURE_SPIKE_FACTOR", "2.0"))
+DUNNING_FAILURE_SPIKE_MIN_ATTEMPTS = 20
+DUNNING_FAILURE_SPIKE_MIN_RATE = 0.05  # a perfect week must not page on one failure
+DUNNING_RECONCILIATION_WINDOW_HOURS = 24
+DUNNING_RECONCILIATION_MAX_CATCH_UP_DAYS = 7
+DUNNING_RECONCILIATION_EVENT_GRACE_SECONDS = 300
+DUNNING_RECONCILIATION_EVENT_PREFIXES = ("invoice.", "payment_intent.", "charge.", "customer.subscription.")
 
 LOGGING = {
     "version": 1,

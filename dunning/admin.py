@@ -113,3 +113,5 @@ class WebhookDeliveryAdmin(ViewOnlyAdmin):
     @admin.display(description="body (as received)")
     def body_text(self, obj):
         return bytes(obj.body).decode("utf-8", errors="replace")
+
+from dunning import admin_operations  # noqa: E402, F401  (registers the operations pages)

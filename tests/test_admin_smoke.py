@@ -8,13 +8,28 @@ from django.contrib import admin
 from django.core.management import call_command
 from django.urls import reverse
 
-from dunning.models import DunningCycle
+from dunning.models import DunningCycle, OutboxMessage, ReconciliationReport
 from subscriptions.models import Subscription
 
 
 @pytest.fixture
-def demo(db):
+def demo(db, django_user_model):
+    from dunning.jobs.framework import job_run
+    from dunning.services.alerts import alert_raise
+    from dunning.services.incidents import incident_end, incident_start
+    from dunning.services.notifications import notification_deliver
+
     call_command("load_demo", stdout=io.StringIO())
+    # Operations pages need rows too: a job run, a delivered notice, an alert, an ended incident.
+    run = job_run("reminders")
+    notice = OutboxMessage.objects.filter(topic="notification.requested").first()
+    notification_deliver(notice, now=run.run_for)
+    alert_raise(kind="DUPLICATE_CHARGE", dedupe_key="smoke", detail="two charges", figures={"n": 2}, now=run.run_for)
+    ReconciliationReport.objects.create(run_for=run.run_for, window_start=run.run_for, window_end=run.run_for,
+                                        created_at=run.run_for, totals={"invoices": 1},
+                                        discrepancies=[{"kind": "ROOT_MISMATCH", "detail": "smoke"}])
+    lead = django_user_model.objects.create_user("lead", password="x")
+    incident_end(switch=incident_start(user=lead, reason="drill", ticket="INC-0"), user=lead)
 
 
 def test_changelists_and_change_pages_render(demo, admin_client):

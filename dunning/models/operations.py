@@ -103,8 +103,10 @@ class Alert(AppendOnlyModel):
 class NotificationDelivery(AppendOnlyModel):
     """What the notification consumer did with one outbox message: it sends at most once."""
 
+    MUTABLE_FIELDS = frozenset({"status", "reason", "recipient", "subject", "handled_at"})
+
     message = models.OneToOneField("dunning.OutboxMessage", on_delete=models.PROTECT, related_name="delivery")
-    status = models.CharField(max_length=16)  # SENT | SKIPPED
+    status = models.CharField(max_length=16)  # SENDING | SENT | SKIPPED | FAILED
     reason = models.CharField(max_length=255, blank=True, default="")
     recipient = models.EmailField(blank=True, default="")
     template = models.CharField(max_length=64)

@@ -1,0 +1,246 @@
+"""Jobs that move cycles on the clock (SPEC §10): grace expiry, restriction and cancellation
+with a fresh receipt, unknown-payment ownership and resolution, exception expiry, local retries.
+
+Each job finds due rows in due order, claims a row (so concurrent workers skip it), re-reads
+it, re-checks that it is still due, and asks the acceptance service. A restriction or
+cancellation is asked for only with a receipt fetched moments ago; when the provider cannot be
+reached the row is counted as an error and left for the next run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+
+from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
+from dunning.models import DunningCycle, DunningPolicy
+from dunning.policy_cache import policy_spec
+from dunning.services.acceptance import cycle_accept_transition
+from dunning.services.fresh import invoice_fetch_fresh, receipt_evidence
+from dunning.services.guards import active_incident
+from dunning.services.local_retry import retry_dispatch, retry_resolve
+from dunning.services.ownership import unknown_owner_pick
+from dunning.services.reconcile import cycle_reconcile_with_invoice
+from dunning.services.results import Cause, Evidence, Expect, TransitionResult
+from dunning.states import NO_RETRY_CLASSES, CycleState
+from subscriptions.providers.base import ProviderError
+
+S = CycleState
+CLAIM = "cycle"  # one namespace: two jobs never work on the same cycle at once
+
+
+def _load(pk: int) -> DunningCycle:
+    return DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt").get(pk=pk)
+
+
+def _ask(run: JobReport, cycle: DunningCycle, edge: str, evidence: Evidence | None = None,
+         **params: object) -> TransitionResult:
+    result = cycle_accept_transition(cycle_pk=cycle.pk, edge=edge, expect=Expect.from_cycle(cycle),
+                                     cause=Cause.job(run.job), evidence=evidence, params=params, now=run.now)
+    if result.accepted:
+        run.changed += 1
+    else:
+        run.refused += 1
+        run.note(f"cycle {cycle.cycle_id}: {edge} refused: {result.reason} {result.detail}")
+    return result
+
+
+def _each_claimed(run: JobReport, queryset, due_field: str):  # noqa: ANN001, ANN202
+    for pk in due_in_order(queryset, due_field):
+        run.examined += 1
+        run.tick()
+        with claim(CLAIM, pk) as got:
+            if got:
+                yield _load(pk)
+
+
+# --- grace expiry and restriction -------------------------------------------------------------
+
+@scheduled_job("grace_expiry", "GRACE_ACTIVE past its expiry with no attempt pending → GRACE_EXPIRED, "
+                               "then restriction only on a fresh unpaid receipt")
+def grace_expiry(run: JobReport) -> None:
+    due = DunningCycle.objects.filter(state=S.GRACE_ACTIVE, grace_expires_at__lte=run.now)
+    for cycle in _each_claimed(run, due, "grace_expires_at"):
+        if cycle.state != S.GRACE_ACTIVE or cycle.grace_expires_at > run.now:
+            continue  # another worker or an event got there first
+        if _ask(run, cycle, "expire_grace"):
+            _escalate_with_fresh_receipt(run, cycle.pk, RESTRICT)
+    _check_overdue_provider_retries(run)
+
+
+@scheduled_job("restriction", "GRACE_EXPIRED / RESTRICTING cycles: fetch the invoice; restrict only if it is "
+                              "still unpaid; a payment found recovers instead")
+def restriction(run: JobReport) -> None:
+    due = DunningCycle.objects.filter(state__in=(S.GRACE_EXPIRED, S.RESTRICTING))
+    for cycle in _each_claimed(run, due, "grace_expires_at"):
+        _escalate_with_fresh_receipt(run, cycle.pk, RESTRICT)
+
+
+def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: ANN202
+    """Fetch the invoice and let the evidence move the cycle first (paid → RECOVERED, void →
+    CLOSED_VOID). Returns (invoice, receipt, reloaded cycle) or None when the fetch failed."""
+    try:
+        inv, receipt = invoice_fetch_fresh(cycle)
+    except ProviderError as exc:
+        run.errors += 1
+        run.note(f"cycle {cycle.cycle_id}: fetch failed, nothing changed, retried next run: {exc}")
+        return None
+    results = cycle_reconcile_with_invoice(cycle_pk=cycle.pk, inv=inv, receipt=receipt, decline_code="",
+                                           cause=Cause.job(run.job), now=run.now)
+    run.changed += sum(1 for r in results if r.accepted and r.edge != "record_evidence")
+    return inv, receipt, _load(cycle.pk)
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """Two edges that reduce access, each taken only from its state; the one marked `cites`
+    carries the fresh receipt that justifies it."""
+
+    what: str
+    first: tuple[str, str, bool]  # (from state, edge, cites the receipt)
+    second: tuple[str, str, bool]
+
+
+RESTRICT = Escalation("restriction", (S.GRACE_EXPIRED, "begin_restriction", True),
+                      (S.RESTRICTING, "complete_restriction", False))
+CANCEL = Escalation("cancellation", (S.RESTRICTED, "request_cancellation", False),
+                    (S.CANCEL_PENDING, "cancel", True))
+
+
+def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation) -> None:
+    cycle = _load(pk)
+    if cycle.state not in (step.first[0], step.second[0]):
+        return
+    incident = active_incident(cycle.subscription.cohort)
+    if incident is not None and cycle.state == step.first[0]:
+        run.refused += 1
+        run.note(f"cycle {cycle.cycle_id}: {step.what} paused by incident {incident.ticket}")
+        return
+    fresh = _settle_from_fresh_receipt(run, cycle)
+    if fresh is None:
+        return
+    inv, receipt, cycle = fresh
+    for state, edge, cites in (step.first, step.second):
+        if cycle.state == state:
+            if not _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None):
+                return
+            cycle = _load(pk)
+
+
+def _check_overdue_provider_retries(run: JobReport) -> None:
+    """A provider retry whose time passed long ago without news: ask the provider rather than
+    wait for a webhook that may never come (a stalled retry must not keep grace open)."""
+    overdue = timedelta(seconds=getattr(settings, "DUNNING_PROVIDER_RETRY_OVERDUE_SECONDS", 3600))
+    due = DunningCycle.objects.filter(state=S.RETRY_SCHEDULED, policy__retry_authority="PAYMENT_PROVIDER",
+                                      next_attempt_at__lte=run.now - overdue)
+    for cycle in _each_claimed(run, due, "next_attempt_at"):
+        if cycle.state == S.RETRY_SCHEDULED:
+            _settle_from_fresh_receipt(run, cycle)
+
+
+# --- cancellation -------------------------------------------------------------------------------
+
+def _shortest_cancel_delay() -> timedelta | None:
+    delays = [d for d in (policy_spec(p).cancel_after_restricted for p in DunningPolicy.objects.all()) if d]
+    return min(delays) if delays else None
+
+
+@scheduled_job("cancellation", "RESTRICTED past the policy's restricted period (or CANCEL_PENDING): cancel only "
+                               "on a fresh unpaid receipt; never from PAYMENT_UNKNOWN")
+def cancellation(run: JobReport) -> None:
+    shortest = _shortest_cancel_delay()
+    if shortest is not None:
+        due = DunningCycle.objects.filter(state=S.RESTRICTED, restricted_at__lte=run.now - shortest)
+        for cycle in _each_claimed(run, due, "restricted_at"):
+            spec = policy_spec(cycle.policy)
+            after = spec.cancel_after_restricted
+            if (cycle.state != S.RESTRICTED or spec.cancel_after != "MANUAL_OR_POLICY_TERMINAL" or after is None
+                    or cycle.restricted_at + after > run.now):
+                continue
+            _escalate_with_fresh_receipt(run, cycle.pk, CANCEL)
+    pending = DunningCycle.objects.filter(state=S.CANCEL_PENDING)
+    for cycle in _each_claimed(run, pending, "cancel_requested_at"):
+        if cycle.state == S.CANCEL_PENDING:
+            _escalate_with_fresh_receipt(run, cycle.pk, CANCEL)
+
+
+# --- unknown payments -----------------------------------------------------------------------------
+
+@scheduled_job("unknown_payments", "PAYMENT_UNKNOWN: assign an owner within the hour, ask the provider, resolve "
+                                   "onto the same attempt; dispatches left by a crash are resolved the same way")
+def unknown_payments(run: JobReport) -> None:
+    unknown = DunningCycle.objects.filter(state=S.PAYMENT_UNKNOWN)
+    for cycle in _each_claimed(run, unknown, "unknown_since"):
+        if cycle.state != S.PAYMENT_UNKNOWN:
+            continue
+        if cycle.unknown_owner_id is None:
+            _assign_owner(run, cycle)
+        _resolve(run, cycle.pk)
+    stale = timedelta(seconds=getattr(settings, "DUNNING_DISPATCH_STALE_SECONDS", 120))
+    stuck = DunningCycle.objects.filter(state=S.RETRY_DISPATCHING, pending_attempt__dispatched_at__lte=run.now - stale)
+    for cycle in _each_claimed(run, stuck, "next_attempt_at"):
+        if cycle.state == S.RETRY_DISPATCHING:
+            _resolve(run, cycle.pk)
+
+
+def _assign_owner(run: JobReport, cycle: DunningCycle) -> None:
+    owner = unknown_owner_pick()
+    if owner is None:
+        run.errors += 1
+        run.note(f"cycle {cycle.cycle_id}: no billing staff to own this unknown payment")
+        from dunning.services.alerts import alert_raise
+
+        alert_raise(kind="UNKNOWN_UNOWNED", dedupe_key=f"unknown-unowned:{cycle.cycle_id}",
+                    detail=f"unknown payment on invoice {cycle.invoice.provider_invoice_id} has no owner: "
+                           f"nobody is in the unknown-payment owner groups", figures={},
+                    now=run.now, subscription=cycle.subscription, invoice=cycle.invoice)
+        return
+    _ask(run, cycle, "assign_unknown_owner", owner=owner)
+
+
+def _resolve(run: JobReport, pk: int) -> None:
+    outcome = retry_resolve(cycle_pk=pk, cause=Cause.job(run.job), now=run.now)
+    if outcome.status in ("PAID", "DECLINED"):
+        run.changed += 1
+    run.note(f"cycle {pk}: provider asked: {outcome.status} {outcome.detail}".strip())
+
+
+# --- exceptions -------------------------------------------------------------------------------------
+
+@scheduled_job("exception_expiry", "EXCEPTION_ACTIVE past expiresAt → back to the state it suspended")
+def exception_expiry(run: JobReport) -> None:
+    due = DunningCycle.objects.filter(state=S.EXCEPTION_ACTIVE, exception_expires_at__lte=run.now)
+    for cycle in _each_claimed(run, due, "exception_expires_at"):
+        if cycle.state == S.EXCEPTION_ACTIVE and cycle.exception_expires_at <= run.now:
+            _ask(run, cycle, "expire_exception")
+
+
+# --- local retries ----------------------------------------------------------------------------------
+
+def _attempts_left(cycle: DunningCycle) -> bool:
+    spec = policy_spec(cycle.policy)
+    return 1 + cycle.retry_budget_used < spec.max_attempts
+
+
+@scheduled_job("local_retries", "LOCAL authority: schedule by the policy's intervals within the attempt budget, "
+                                "dispatch due retries with their persisted idempotency key")
+def local_retries(run: JobReport) -> None:
+    local = DunningCycle.objects.filter(policy__retry_authority="LOCAL")
+    to_schedule = local.filter(state=S.GRACE_ACTIVE, grace_expires_at__gt=run.now, customer_action_required=False,
+                               pending_attempt__isnull=True).exclude(failure_class__in=NO_RETRY_CLASSES)
+    for cycle in _each_claimed(run, to_schedule, "grace_expires_at"):
+        if cycle.state == S.GRACE_ACTIVE and _attempts_left(cycle):
+            _ask(run, cycle, "schedule_retry")
+    due = local.filter(state=S.RETRY_SCHEDULED, next_attempt_at__lte=run.now)
+    for cycle in _each_claimed(run, due, "next_attempt_at"):
+        if cycle.state != S.RETRY_SCHEDULED or cycle.next_attempt_at > run.now:
+            continue
+        outcome = retry_dispatch(cycle_pk=cycle.pk, cause=Cause.job(run.job), now=run.now)
+        if outcome.status == "REFUSED":
+            run.refused += 1
+        else:
+            run.changed += 1
+        if outcome.status == "UNKNOWN":
+            run.note(f"cycle {cycle.cycle_id}: outcome unknown, left to the unknown_payments job: {outcome.detail}")

@@ -1,0 +1,154 @@
+"""What every scheduled job shares: a recorded run, claims that hold across workers, and
+streaming over due rows in due order.
+
+A job is a function `fn(run: JobReport) -> None` that reads `run.now` (never the wall clock)
+and counts what it examined, changed, refused and failed on. `job_run` records each run as a
+JobRun row, so an engineer can see when a job last ran and what it did; a job that raises is
+recorded FAILED and the exception propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import traceback
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from dunning.clock import trusted_now
+from dunning.models import JobRun
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+@dataclass
+class JobReport:
+    job: str
+    now: datetime
+    examined: int = 0
+    changed: int = 0
+    refused: int = 0
+    errors: int = 0
+    notes: list[str] = field(default_factory=list)
+    progress: Progress | None = None
+
+    def note(self, text: str) -> None:
+        if len(self.notes) < 200:
+            self.notes.append(text)
+
+    def tick(self, every: int = 500) -> None:
+        if self.progress and self.examined and self.examined % every == 0:
+            self.progress(f"{self.job}: {self.examined} examined, {self.changed} changed, "
+                          f"{self.refused} refused, {self.errors} errors")
+
+    @property
+    def status(self) -> str:
+        return "PARTIAL" if self.errors else "OK"
+
+
+JobFunction = Callable[[JobReport], None]
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    fn: JobFunction
+    description: str
+
+
+JOBS: dict[str, Job] = {}
+
+
+def scheduled_job(name: str, description: str) -> Callable[[JobFunction], JobFunction]:
+    def register(fn: JobFunction) -> JobFunction:
+        JOBS[name] = Job(name=name, fn=fn, description=description)
+        return fn
+
+    return register
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def job_run(name: str, *, now: datetime | None = None, progress: Progress | None = None) -> JobRun:
+    """Run one job once for the trusted `now` and record the run."""
+    from dunning.jobs import load_jobs
+
+    load_jobs()
+    if name not in JOBS:
+        raise KeyError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
+    now = now or trusted_now()
+    record = JobRun.objects.create(job=name, run_for=now, started_at=trusted_now(), worker=worker_name())
+    report = JobReport(job=name, now=now, progress=progress)
+    try:
+        JOBS[name].fn(report)
+    except Exception:
+        _finish(record, report, "FAILED", traceback.format_exc()[-4000:])
+        raise
+    _finish(record, report, report.status, "\n".join(report.notes))
+    return record
+
+
+def _finish(record: JobRun, report: JobReport, status: str, detail: str) -> None:
+    record.finished_at = trusted_now()
+    record.status = status
+    record.examined, record.changed = report.examined, report.changed
+    record.refused, record.errors = report.refused, report.errors
+    record.detail = detail[:20000]
+    record.save(update_fields=["finished_at", "status", "examined", "changed", "refused", "errors", "detail"])
+    log.info("job %s for %s: %s", report.job, report.now.isoformat(), status)
+
+
+def _lock_key(job: str) -> int:
+    return zlib.crc32(job.encode()) - 2**31  # a signed int4, as pg_advisory_lock(int, int) wants
+
+
+@contextmanager
+def claim(job: str, pk: int) -> Iterator[bool]:
+    """Hold a PostgreSQL session advisory lock on (job, row) while one worker works on the row.
+
+    It spans the provider fetch and the acceptance call, which are separate transactions, so
+    a second worker skips the row instead of fetching and asking again. The acceptance CAS is
+    still the last word; this keeps concurrent sweeps from producing rejection noise. SQLite
+    (the embedded demo) has one writer anyway.
+    """
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    key = _lock_key(job)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [key, pk])
+        got = bool(cursor.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [key, pk])
+
+
+def due_in_order(queryset: QuerySet, due_field: str, *, batch: int = 500) -> Iterator[int]:
+    """Primary keys of `queryset` in (due, pk) order, fetched in keyset pages so a sweep over
+    100k rows neither loads them all nor holds a cursor open across acceptance calls."""
+    last: tuple[Any, int] | None = None
+    while True:
+        page = queryset
+        if last is not None:
+            due, pk = last
+            page = page.filter(Q(**{f"{due_field}__gt": due}) | Q(**{due_field: due, "pk__gt": pk}))
+        rows = list(page.order_by(due_field, "pk").values_list(due_field, "pk")[:batch])
+        if not rows:
+            return
+        for _, pk in rows:
+            yield pk
+        last = rows[-1]

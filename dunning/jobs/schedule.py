@@ -1,0 +1,33 @@
+"""The beat schedule: which job runs how often, and the order a catch-up run takes.
+
+Pure data (no Django imports) so `config/celery.py` can read it before apps load. Order
+matters after a scheduler outage: evidence first (a payment that arrived wins), then expiries,
+then the steps that restrict or cancel, then messages and reports.
+"""
+
+from __future__ import annotations
+
+# name -> cadence in seconds
+JOB_CADENCE: dict[str, int] = {
+    "inbox_sweep": 60,
+    "unknown_payments": 300,
+    "exception_expiry": 60,
+    "local_retries": 60,
+    "grace_expiry": 60,
+    "restriction": 300,
+    "cancellation": 3600,
+    "reminders": 900,
+    "outbox_relay": 10,
+    "alerts": 60,
+    "reconciliation": 86400,
+}
+
+CATCH_UP_ORDER: tuple[str, ...] = tuple(JOB_CADENCE)
+
+
+def beat_schedule(task: str = "dunning.tasks.run_scheduled_job") -> dict[str, dict]:
+    return {
+        f"dunning:{name}": {"task": task, "schedule": float(every), "args": (name,),
+                            "options": {"expires": float(max(every, 30))}}
+        for name, every in JOB_CADENCE.items()
+    }
