@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from dunning.views_webhooks import stripe_webhook
 
@@ -9,4 +9,6 @@ admin.site.site_title = "Dunning support"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
+    path("api/", include("entitlements.api.urls")),
+    path("", include("subscriptions.billing.urls")),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, Max, OuterRef, Q
 
 from dunning.aggregate import EMPTY_ROOT, CycleView, aggregate_decision, outstanding_root
 from dunning.models import CauseKind, DunningCycle, FactKind, MonetaryFact, PaymentAttempt, TransitionReceipt
@@ -43,10 +43,11 @@ def _full_snapshots_with_debt(specs: _PolicySpecs, offenders: _Offenders) -> int
 
 def _views_at_receipt(subscription_pk: int, receipt_pk: int, specs: _PolicySpecs) -> list[CycleView] | None:
     """The subscription's delinquent cycles as they stood when receipt `receipt_pk` was written."""
-    latest = (TransitionReceipt.objects
-              .filter(subscription_id=subscription_pk, accepted=True, cycle__isnull=False,
-                      cycle_generation__isnull=False, pk__lte=receipt_pk)
-              .order_by("cycle_id", "-pk").distinct("cycle_id")
+    upto = TransitionReceipt.objects.filter(subscription_id=subscription_pk, accepted=True, cycle__isnull=False,
+                                            cycle_generation__isnull=False, pk__lte=receipt_pk)
+    # The newest receipt per cycle (portable: SQLite has no DISTINCT ON).
+    newest = upto.order_by().values("cycle_id").annotate(newest=Max("pk")).values("newest")
+    latest = (TransitionReceipt.objects.filter(pk__in=newest).order_by("cycle_id")
               .values_list("cycle_id", "cycle_generation", "to_state"))
     cycle_history = DunningCycle.history.model
     invoice_history = Invoice.history.model

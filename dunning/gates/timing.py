@@ -6,7 +6,7 @@ import math
 import re
 from datetime import datetime
 
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import Exists, Min, OuterRef, Q, Subquery
 from django.db.models.fields.json import KT
 
 from dunning.aggregate import EMPTY_ROOT
@@ -40,8 +40,9 @@ def _gate_payment_to_recovery_p99(now: datetime, specs: _PolicySpecs) -> Gate:
     snapshots = EntitlementSnapshot.objects.filter(subscription_id=OuterRef("subscription_id"))
     first_full = (snapshots.filter(profile=FULL, generation__gte=OuterRef("entitlement_generation"))
                   .order_by("generation"))
-    recoveries = (TransitionReceipt.objects.filter(accepted=True, edge="recover", cycle__isnull=False)
-                  .order_by("cycle_id", "pk").distinct("cycle_id")
+    recover_receipts = TransitionReceipt.objects.filter(accepted=True, edge="recover", cycle__isnull=False)
+    first_per_cycle = recover_receipts.order_by().values("cycle_id").annotate(first=Min("pk")).values("first")
+    recoveries = (TransitionReceipt.objects.filter(pk__in=first_per_cycle).order_by("cycle_id")
                   .annotate(event_fk_at=Subquery(by_fk.values("received_at")[:1]),
                             event_payload_at=Subquery(by_payload.values("received_at")[:1]),
                             fact_at=Subquery(first_fact.values("recorded_at")[:1]),

@@ -47,7 +47,7 @@ def notification_deliver(message: OutboxMessage, *, now: datetime) -> Notificati
     skip = _why_skip(template, cycle, subscription)
     if skip:
         return _finish(delivery, "SKIPPED", now, reason=skip)
-    context = _context(payload, subscription, cycle)
+    context = _context(payload, subscription, cycle, now)
     subject, body = _render(template, int(payload.get("template_generation") or 1), context)
     email = EmailMessage(subject=subject, body=body, to=[subscription.customer.email],
                          from_email=getattr(settings, "DEFAULT_FROM_EMAIL", None),
@@ -92,7 +92,8 @@ def _why_skip(template: str, cycle: DunningCycle | None, subscription: Subscript
     return ""
 
 
-def _context(payload: dict[str, Any], subscription: Subscription, cycle: DunningCycle | None) -> dict[str, Any]:
+def _context(payload: dict[str, Any], subscription: Subscription, cycle: DunningCycle | None,
+             now: datetime) -> dict[str, Any]:
     spec_profile = get_profile(subscription.entitlement_profile)
     base = getattr(settings, "DUNNING_PUBLIC_BASE_URL", "http://localhost:8000").rstrip("/")
     context: dict[str, Any] = {
@@ -105,7 +106,8 @@ def _context(payload: dict[str, Any], subscription: Subscription, cycle: Dunning
     if cycle is not None:
         context.update({
             "amount_due": money(cycle.invoice.amount_due - cycle.invoice.amount_paid, cycle.invoice.currency),
-            "grace_ends": cycle.grace_expires_at,
+            # Only a grace end still ahead is news; one already past would read as a false promise.
+            "grace_ends": cycle.grace_expires_at if cycle.grace_expires_at and cycle.grace_expires_at > now else None,
             "next_retry": cycle.next_attempt_at,
             "exception_ends": cycle.exception_expires_at,
             "customer_action_required": cycle.customer_action_required,

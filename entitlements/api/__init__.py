@@ -1,0 +1,1 @@
+"""The REST API for runtime services and staff (SPEC §13)."""

@@ -1,0 +1,1 @@
+"""Customer billing pages (SPEC §12)."""

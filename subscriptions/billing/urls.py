@@ -1,0 +1,3 @@
+"""Customer billing page routes."""
+
+urlpatterns: list = []
