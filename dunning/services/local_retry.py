@@ -39,6 +39,7 @@ class RetryOutcome:
     status: str  # PAID | DECLINED | UNKNOWN | REFUSED
     detail: str = ""
     results: list[TransitionResult] = field(default_factory=list)
+    code: str = ""  # why a REFUSED outcome was refused, as a stable code
 
 
 def _load(cycle_pk: int) -> DunningCycle:
