@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 JOB = "reconciliation"
 BATCH = 200
 MAX_LISTED = 1000  # discrepancies kept in one report; totals count them all
-EVENT_PAGE = 100  # the provider interface returns one page of events, newest first
+EVENT_PAGE = 10_000  # events checked per run at most (paged from the provider, newest first)
 DEFAULT_EVENT_PREFIXES = ("invoice.", "payment_intent.", "charge.", "customer.subscription.")
 SETTLED_STATES = frozenset({CycleState.RECOVERED, CycleState.CLOSED_VOID})
 UNFINISHED_INVOICE_STATUSES = (InvoiceStatus.DRAFT, InvoiceStatus.OPEN, InvoiceStatus.UNCOLLECTIBLE)
@@ -151,7 +151,7 @@ def _check_events(run: JobReport, provider: PaymentProvider, start: datetime, en
     grace = timedelta(seconds=float(_setting("DUNNING_RECONCILIATION_EVENT_GRACE_SECONDS", 300)))
     prefixes = tuple(_setting("DUNNING_RECONCILIATION_EVENT_PREFIXES", DEFAULT_EVENT_PREFIXES))
     try:
-        events = provider.list_events(created_after=start, limit=EVENT_PAGE)
+        events = provider.list_events_since(created_after=start, max_events=EVENT_PAGE)
     except ProviderError as exc:
         run.errors += 1
         findings.add(Kind.FETCH_FAILED, f"Could not list the provider's events since {start.isoformat()}: {exc}",
@@ -160,7 +160,7 @@ def _check_events(run: JobReport, provider: PaymentProvider, start: datetime, en
         return
     totals["events_listed"] = len(events)
     if len(events) >= EVENT_PAGE:
-        # The interface gives the newest page only; older events of the window went unchecked.
+        # More events than one run checks: the oldest of the window went unchecked.
         oldest = min(int(e.get("created") or 0) for e in events)
         totals["events_listing_truncated"] = True
         totals["events_unchecked_before"] = datetime.fromtimestamp(oldest, tz=UTC).isoformat()

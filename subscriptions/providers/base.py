@@ -137,6 +137,10 @@ class PaymentProvider(Protocol):
 
     def list_events(self, *, created_after: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
 
+    def list_events_since(self, *, created_after: datetime, max_events: int = 10_000) -> list[dict[str, Any]]:
+        """All events after `created_after` (paged), at most `max_events`."""
+        ...
+
     def verify_webhook(self, *, payload: bytes, signature_header: str, now: datetime) -> dict[str, Any]:
         """Return the parsed event or raise WebhookVerificationError."""
         ...

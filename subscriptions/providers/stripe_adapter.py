@@ -192,6 +192,20 @@ class StripeProvider:
         page = self._call(lambda: self._client.v1.events.list(params=params))
         return list(page.get("data", []))
 
+    def list_events_since(self, *, created_after: datetime, max_events: int = 10_000) -> list[dict[str, Any]]:
+        """Every event created after `created_after`, newest first, paging with `starting_after`
+        up to `max_events` (the caller sees truncation as len(result) == max_events)."""
+        events: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": 100, "created": {"gt": int(created_after.timestamp())}}
+        while len(events) < max_events:
+            page = self._call(lambda p=dict(params): self._client.v1.events.list(params=p))
+            data = list(page.get("data", []))
+            events.extend(data[: max_events - len(events)])
+            if not data or not page.get("has_more"):
+                break
+            params["starting_after"] = data[-1]["id"]
+        return events
+
     # ---- writes
     def pay_invoice(self, invoice_id: str, *, idempotency_key: str) -> PayOutcome:
         if not idempotency_key:
