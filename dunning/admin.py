@@ -2,6 +2,8 @@ from django.contrib import admin
 from simple_history.admin import SimpleHistoryAdmin
 
 from dunning.admin_base import ViewOnlyAdmin, ViewOnlyInline
+from dunning.admin_filters import CycleAgeFilter, OwnerFilter
+from dunning.admin_paging import EstimatedCountPaginator
 from dunning.models import (
     DunningCycle,
     DunningPolicy,
@@ -41,10 +43,10 @@ class ReceiptInline(ViewOnlyInline):
 class DunningCycleAdmin(ViewOnlyAdmin, SimpleHistoryAdmin):
     list_display = ("cycle_id", "subscription", "invoice", "state", "generation", "failure_class",
                     "grace_expires_at", "next_attempt_at", "unknown_owner")
-    list_filter = ("state", "policy", "failure_class", "customer_action_required")
+    list_filter = ("state", "policy", OwnerFilter, CycleAgeFilter, "failure_class", "customer_action_required")
     list_select_related = ("subscription", "invoice", "unknown_owner")
     search_fields = ("cycle_id", "invoice__provider_invoice_id", "subscription__provider_subscription_id",
-                     "subscription__customer__email")
+                     "subscription__customer__email", "subscription__customer__provider_customer_id")
     inlines = [AttemptInline, FactInline, ReceiptInline]
     show_full_result_count = False
 
@@ -63,6 +65,7 @@ class ProviderEventAdmin(ViewOnlyAdmin):
     list_filter = ("outcome", "event_type")
     search_fields = ("event_id",)
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
 
 
 @admin.register(ProviderReceipt)
@@ -71,6 +74,7 @@ class ProviderReceiptAdmin(ViewOnlyAdmin):
     list_filter = ("object_type", "status")
     search_fields = ("object_id",)
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
 
 
 @admin.register(MonetaryFact)
@@ -79,6 +83,7 @@ class MonetaryFactAdmin(ViewOnlyAdmin):
     list_filter = ("kind",)
     list_select_related = ("invoice",)
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
 
 
 @admin.register(TransitionReceipt)
@@ -89,6 +94,7 @@ class TransitionReceiptAdmin(ViewOnlyAdmin):
     list_select_related = ("subscription",)
     search_fields = ("subscription__provider_subscription_id", "cause_ref", "ticket")
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
 
 
 @admin.register(OutboxMessage)
@@ -96,6 +102,7 @@ class OutboxMessageAdmin(ViewOnlyAdmin):
     list_display = ("topic", "dedupe_key", "created_at", "published_at", "delivery_attempts")
     list_filter = ("topic",)
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
 
 
 @admin.register(WebhookDelivery)
@@ -109,6 +116,7 @@ class WebhookDeliveryAdmin(ViewOnlyAdmin):
     exclude = ("body",)
     readonly_fields = ("body_text",)
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
 
     @admin.display(description="body (as received)")
     def body_text(self, obj):

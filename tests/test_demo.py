@@ -26,3 +26,21 @@ def test_demo_data_set_has_the_promised_states_and_is_idempotent(db, capsys):
         assert sub.outstanding_cycle_root == compute_aggregate(sub, None)[0]
     assert not TransitionReceipt.objects.filter(accepted=False).exists()
     assert all(r.body.get("demo") for r in ProviderReceipt.objects.all())
+
+
+def test_demo_prints_role_and_customer_logins_that_work(db, capsys, client):
+    import re
+
+    call_command("load_demo")
+    out = capsys.readouterr().out
+    logins = dict(re.findall(r"username '(\w+)'  password '([^']+)'", out))
+    assert set(logins) == {"admin", "agent", "lead", "rita"}
+    assert client.login(username="rita", password=logins["rita"])
+    sub = Subscription.objects.get(provider_subscription_id="sub_demo_restricted")
+    page = client.get(f"/billing/{sub.pk}/")
+    assert page.status_code == 200 and "Amount due" in page.content.decode()
+    other = Subscription.objects.get(provider_subscription_id="sub_demo_healthy")
+    assert client.get(f"/billing/{other.pk}/").status_code == 404
+    client.logout()
+    assert client.login(username="agent", password=logins["agent"])
+    assert client.get(f"/admin/subscriptions/subscription/{sub.pk}/change/").status_code == 200

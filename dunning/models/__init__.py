@@ -10,11 +10,12 @@ from dunning.models.operations import (
     NotificationDelivery,
     ReconciliationReport,
 )
+from dunning.models.permissions import SupportConsole
 from dunning.models.policy import DunningPolicy
 
 __all__ = [
     "Alert", "AlertKind", "IncidentSwitch", "JobRun", "NotificationDelivery", "ReconciliationReport",
     "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "EventOutcome", "FactKind",
     "MonetaryFact", "OutboxMessage", "PaymentAttempt", "ProviderEvent", "ProviderReceipt",
-    "TransitionReceipt", "Verification", "WebhookDelivery",
+    "SupportConsole", "TransitionReceipt", "Verification", "WebhookDelivery",
 ]

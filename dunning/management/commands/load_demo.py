@@ -45,3 +45,28 @@ class Command(BaseCommand):
             user.is_staff = user.is_superuser = True
             user.save()
             self.stdout.write(self.style.SUCCESS(f"Admin login: username {username!r}  password {password!r}"))
+            self._role_logins()
+
+    def _role_logins(self) -> None:
+        """Daily work needs no superuser: a support agent, a billing lead, and one customer."""
+        from django.contrib.auth.models import Group
+
+        from subscriptions.models import Customer
+
+        user_model = get_user_model()
+        for name, group in (("agent", "Support agents"), ("lead", "Billing leads")):
+            user, _ = user_model.objects.get_or_create(username=name, defaults={"is_staff": True})
+            password = secrets.token_urlsafe(9)
+            user.set_password(password)
+            user.save()
+            user.groups.add(Group.objects.get(name=group))
+            self.stdout.write(f"{group[:-1]} login: username {name!r}  password {password!r}  (/admin/)")
+        customer = Customer.objects.filter(email="rita@example.com").first()
+        if customer is not None:
+            user, _ = user_model.objects.get_or_create(username="rita", defaults={"email": customer.email})
+            password = secrets.token_urlsafe(9)
+            user.set_password(password)
+            user.save()
+            if customer.user_id != user.pk:
+                Customer.objects.filter(pk=customer.pk).update(user=user)
+            self.stdout.write(f"Customer login: username 'rita'  password {password!r}  (/billing/)")

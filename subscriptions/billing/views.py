@@ -1,0 +1,83 @@
+"""Customer billing pages (SPEC §12): server-rendered, plain words, a customer sees only their
+own subscriptions (404 for anyone else's). Every POST carries Django's CSRF token."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from dunning.clock import trusted_now
+from dunning.models import DunningCycle
+from dunning.services.results import Cause
+from dunning.services.retry_now import REFUSAL_TEXT, cycle_retry_now
+from dunning.states import CycleState
+from subscriptions.billing.wording import access_text, limits, moment, money
+from subscriptions.models import InvoiceStatus, Subscription
+
+RETRYABLE_STATES = (CycleState.GRACE_ACTIVE, CycleState.RETRY_SCHEDULED, CycleState.RETRY_DISPATCHING,
+                    CycleState.PAYMENT_UNKNOWN, CycleState.RETRY_FAILED)
+OPEN_STATUSES = (InvoiceStatus.OPEN, InvoiceStatus.UNCOLLECTIBLE)
+# The retry service's details are for staff; customers read these.
+OUTCOME_TEXT = {
+    "PAID": "Thank you: the payment went through. Your access is being restored.",
+    "DECLINED": "Your bank declined the payment. Please update your payment method.",
+    "UNKNOWN": "We sent the payment but have not heard back from your bank yet. We will not charge you twice; "
+               "please check this page again in a few minutes.",
+}
+REFUSED_OTHERWISE = "We could not retry this payment just now. Please use the payment page or contact support."
+
+
+def _own_subscriptions(request: HttpRequest):  # noqa: ANN202 - QuerySet[Subscription]
+    return Subscription.objects.filter(customer__user=request.user).select_related("customer", "policy")
+
+
+@login_required
+def billing_home(request: HttpRequest) -> HttpResponse:
+    subs = list(_own_subscriptions(request).order_by("pk"))
+    if len(subs) == 1:
+        return redirect("billing-subscription", pk=subs[0].pk)
+    return render(request, "billing/home.html", {"subscriptions": subs})
+
+
+@login_required
+def subscription_page(request: HttpRequest, pk: int) -> HttpResponse:
+    sub = get_object_or_404(_own_subscriptions(request), pk=pk)
+    now = trusted_now()
+    cycles = list(DunningCycle.objects.filter(subscription=sub).select_related("invoice", "policy", "pending_attempt"))
+    by_invoice = {c.invoice_id: c for c in cycles}
+    open_invoices = []
+    for inv in sub.invoices.filter(status__in=OPEN_STATUSES).order_by("created_at", "pk"):
+        cycle = by_invoice.get(inv.pk)
+        next_at = (cycle.next_attempt_at if cycle and cycle.next_attempt_at else inv.next_payment_attempt)
+        open_invoices.append({
+            "number": inv.provider_invoice_id,
+            "due": money(max(inv.amount_due - inv.amount_paid, 0), inv.currency),
+            "period": f"{inv.period_start:%d %B %Y} – {inv.period_end:%d %B %Y}"
+                      if inv.period_start and inv.period_end else "",
+            "next_retry": moment(next_at, now) if next_at and next_at > now else "",
+            "pay_url": inv.hosted_invoice_url,
+            "cycle_pk": cycle.pk if cycle and cycle.state in RETRYABLE_STATES else None,
+        })
+    access = access_text(sub, cycles, now)
+    return render(request, "billing/subscription.html", {
+        "sub": sub, "access": access, "limits": limits(access.profile), "open_invoices": open_invoices,
+        "plan": sub.get_billing_interval_display(), "support_email": settings.DUNNING_SUPPORT_EMAIL,
+    })
+
+
+@login_required
+@require_POST
+def retry_now(request: HttpRequest, pk: int, cycle_pk: int) -> HttpResponse:
+    sub = get_object_or_404(_own_subscriptions(request), pk=pk)
+    if not DunningCycle.objects.filter(pk=cycle_pk, subscription=sub).exists():
+        raise Http404("no such invoice")
+    outcome = cycle_retry_now(cycle_pk=cycle_pk, cause=Cause.customer(request.user))
+    if outcome.status == "REFUSED":
+        messages.warning(request, REFUSAL_TEXT.get(outcome.code, REFUSED_OTHERWISE))
+    else:
+        messages.info(request, OUTCOME_TEXT.get(outcome.status, REFUSED_OTHERWISE))
+    return redirect("billing-subscription", pk=sub.pk)

@@ -1,0 +1,102 @@
+"""Plain words for the customer billing page (SPEC §12). No internal codes leave this module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from dunning.aggregate import is_blocking
+from dunning.models import DunningCycle
+from dunning.policy_cache import policy_spec
+from dunning.services.recompute import cycle_view
+from dunning.states import GRACE_PROFILE_STATES, RESTRICTED_PROFILE_STATES, CycleState
+from entitlements.profiles import FULL, PROFILES, get_profile, most_restrictive
+from subscriptions.models import Subscription
+
+S = CycleState
+SYMBOLS = {"usd": "$", "eur": "€", "gbp": "£"}
+
+
+def money(amount: int, currency: str) -> str:
+    symbol = SYMBOLS.get(currency.lower())
+    value = f"{amount / 100:,.2f}"
+    return f"{symbol}{value}" if symbol else f"{value} {currency.upper()}"
+
+
+def day(when: datetime, now: datetime) -> str:
+    text = f"{when.day} {when:%B}"
+    return text if when.year == now.year else f"{text} {when.year}"
+
+
+def moment(when: datetime, now: datetime) -> str:
+    return f"{day(when, now)} at {when:%H:%M} UTC"
+
+
+def summary(profile: str) -> str:
+    return PROFILES[profile].summary if profile in PROFILES else "limited access"
+
+
+def limits(profile: str) -> list[str]:
+    p = get_profile(profile) if profile in PROFILES else None
+    if p is None or profile == FULL:
+        return []
+    out = []
+    if not p.read:
+        out.append("You cannot open your data in the app; our support team can still export it for you.")
+    if not p.write:
+        out.append("You cannot create or change anything.")
+    if p.api_tokens == "read_only":
+        out.append("API tokens can read but not write.")
+    elif p.api_tokens == "none":
+        out.append("API tokens are switched off.")
+    if p.background_jobs == "existing_only":
+        out.append("Jobs already running finish, but no new ones start.")
+    elif p.background_jobs == "none":
+        out.append("Background jobs are paused.")
+    if not p.excess_resources:
+        out.append("No extra resources beyond your plan.")
+    if p.export:
+        out.append("Export always works.")
+    return out
+
+
+def _after_profile(cycle: DunningCycle) -> str:
+    spec = policy_spec(cycle.policy)
+    back = cycle.suspended_state or S.GRACE_ACTIVE
+    return spec.restricted_profile if back in RESTRICTED_PROFILE_STATES else spec.grace_profile
+
+
+@dataclass(frozen=True)
+class AccessText:
+    headline: str
+    profile: str
+
+
+def access_text(sub: Subscription, cycles: list[DunningCycle], now: datetime) -> AccessText:
+    """E.g. "Full access until 7 December; after that read and export only"."""
+    profile = sub.entitlement_profile
+    now_words = summary(profile)
+    blocking = [c for c in cycles if is_blocking(cycle_view(c))]
+    if not blocking:
+        return AccessText(f"{now_words[0].upper()}{now_words[1:]}. Thank you, everything is paid.", profile)
+    exceptions = [c for c in blocking if c.state == S.EXCEPTION_ACTIVE and c.exception_expires_at]
+    if exceptions:
+        ends = min(c.exception_expires_at for c in exceptions)
+        after = most_restrictive(_after_profile(c) for c in exceptions) or profile
+        return AccessText(f"{now_words[0].upper()}{now_words[1:]} until {day(ends, now)}; after that "
+                          f"{summary(after)}, unless the open invoice is paid.", profile)
+    if any(c.state == S.EVIDENCE_CONFLICT for c in blocking):
+        return AccessText(f"{now_words[0].upper()}{now_words[1:]}. We are checking a payment that our records show "
+                          "two ways; your access stays as it is until our team has looked at it.", profile)
+    if any(c.state == S.PAYMENT_UNKNOWN for c in blocking):
+        return AccessText(f"{now_words[0].upper()}{now_words[1:]}. We are confirming a payment with your bank; we "
+                          "will not charge you again until we know how it ended.", profile)
+    in_grace = [c for c in blocking if c.state in GRACE_PROFILE_STATES and c.grace_expires_at]
+    if in_grace:
+        ends = min(c.grace_expires_at for c in in_grace)
+        after = most_restrictive(policy_spec(c.policy).restricted_profile for c in in_grace) or profile
+        if ends > now:
+            return AccessText(f"{now_words[0].upper()}{now_words[1:]} until {day(ends, now)}; after that "
+                              f"{summary(after)}, unless the open invoice is paid.", profile)
+    return AccessText(f"{now_words[0].upper()}{now_words[1:]}. Pay the open invoice to restore full access.",
+                      profile)
