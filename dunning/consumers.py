@@ -1,8 +1,9 @@
 """Consumers of `entitlement.changed` outbox messages.
 
-Runtime services read the snapshot table (and the API). Pushing to subscriber URLs is added
-with the REST API; until one is configured there is nothing to deliver, and the message is
-published so it does not sit in the relay's queue.
+Runtime services read the snapshot table (and the API). The message is also pushed, signed, to
+every active `EntitlementSubscriber` of the subscription's cohort: one delivery row per
+(message, subscriber), each tried once here and retried by the `entitlement_push` job, so the
+relay can mark the message published whatever a subscriber answers (see entitlements.push).
 """
 
 from __future__ import annotations
@@ -13,4 +14,6 @@ from dunning.models import OutboxMessage
 
 
 def entitlement_changed(message: OutboxMessage, *, now: datetime) -> None:
-    return None
+    from entitlements.push import message_deliveries_attempt
+
+    message_deliveries_attempt(message=message, now=now)

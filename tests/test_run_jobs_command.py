@@ -15,7 +15,8 @@ from dunning.jobs.schedule import CATCH_UP_ORDER
 from dunning.models import JobRun
 
 SPEC_JOBS = {"grace_expiry", "restriction", "cancellation", "unknown_payments", "exception_expiry", "local_retries",
-             "outbox_relay", "reminders", "reconciliation", "alerts", "inbox_sweep"}
+             "outbox_relay", "reminders", "reconciliation", "alerts", "inbox_sweep",
+             "entitlement_push"}
 
 
 def test_every_job_is_registered_scheduled_and_ordered():

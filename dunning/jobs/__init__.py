@@ -6,7 +6,8 @@ from __future__ import annotations
 import importlib
 
 JOB_MODULES = ("dunning.jobs.cycle_jobs", "dunning.jobs.messaging", "dunning.jobs.inbox",
-               "dunning.jobs.reconciliation", "dunning.jobs.alerts")
+               "dunning.jobs.reconciliation", "dunning.jobs.alerts",
+               "entitlements.push")
 
 
 def load_jobs() -> None:

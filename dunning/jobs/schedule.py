@@ -18,6 +18,7 @@ JOB_CADENCE: dict[str, int] = {
     "cancellation": 3600,
     "reminders": 900,
     "outbox_relay": 10,
+    "entitlement_push": 30,
     "alerts": 60,
     "reconciliation": 86400,
 }

@@ -1,3 +1,28 @@
-"""REST API routes."""
+"""REST API routes (SPEC §13), included at /api/ by config/urls.py."""
 
-urlpatterns: list = []
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from entitlements.api import schema  # noqa: F401  (registers the auth scheme extension)
+from entitlements.api.views_read import (
+    CycleDetailView,
+    CycleTransitionsView,
+    SubscriptionDetailView,
+    SubscriptionEntitlementView,
+)
+from entitlements.api.views_write import CycleExceptionView, CycleRetryView, PolicyListView
+
+app_name = "api"
+
+urlpatterns = [
+    path("v1/subscriptions/<str:ref>/entitlement", SubscriptionEntitlementView.as_view(),
+         name="subscription-entitlement"),
+    path("v1/subscriptions/<str:ref>", SubscriptionDetailView.as_view(), name="subscription-detail"),
+    path("v1/cycles/<str:ref>", CycleDetailView.as_view(), name="cycle-detail"),
+    path("v1/cycles/<str:ref>/transitions", CycleTransitionsView.as_view(), name="cycle-transitions"),
+    path("v1/cycles/<str:ref>/exception", CycleExceptionView.as_view(), name="cycle-exception"),
+    path("v1/cycles/<str:ref>/retry", CycleRetryView.as_view(), name="cycle-retry"),
+    path("v1/policies", PolicyListView.as_view(), name="policies"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+]

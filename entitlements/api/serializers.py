@@ -1,0 +1,148 @@
+"""Input parsing and output shapes of the API. Outputs are read-only views of stored rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from dunning.models import DunningCycle, DunningPolicy, TransitionReceipt
+from entitlements.profiles import PROFILES
+
+# --- outputs ---------------------------------------------------------------------------------------
+
+
+class CapabilitiesSerializer(serializers.Serializer):
+    read = serializers.BooleanField()
+    write = serializers.BooleanField()
+    export = serializers.BooleanField()
+    api_tokens = serializers.CharField()
+    background_jobs = serializers.CharField()
+    excess_resources = serializers.BooleanField()
+    limits = serializers.DictField()
+    export_via_support = serializers.BooleanField()
+    safety_and_legal_obligations = serializers.BooleanField()
+
+
+class EntitlementSerializer(serializers.Serializer):
+    subscription = serializers.IntegerField(help_text="Local subscription id.")
+    provider_subscription_id = serializers.CharField(help_text="The provider's subscription id (sub_…).")
+    generation = serializers.IntegerField(help_text="Never decreases; a holder of a higher one keeps it.")
+    profile = serializers.ChoiceField(choices=list(PROFILES))
+    capabilities = CapabilitiesSerializer()
+    reason = serializers.CharField(allow_blank=True)
+    issued_at = serializers.DateTimeField()
+
+
+class CycleSerializer(serializers.ModelSerializer):
+    subscription = serializers.CharField(source="subscription.provider_subscription_id")
+    invoice = serializers.CharField(source="invoice.provider_invoice_id")
+    invoice_status = serializers.CharField(source="invoice.status")
+    policy = serializers.CharField(source="policy.identity")
+    unknown_owner = serializers.CharField(source="unknown_owner.get_username", allow_null=True, default=None)
+
+    class Meta:
+        model = DunningCycle
+        fields = [
+            "id", "cycle_id", "subscription", "invoice", "invoice_status", "amount", "currency", "policy", "state",
+            "generation", "failure_class", "decline_code", "customer_action_required", "retry_budget_used",
+            "next_attempt_at", "grace_started_at", "grace_expires_at", "restricted_at", "cancel_requested_at",
+            "settled_at", "exception_expires_at", "exception_owner", "exception_reason", "exception_ticket",
+            "exception_profile", "conflict_reason", "unknown_owner", "unknown_since", "opened_at",
+        ]
+        read_only_fields = fields
+
+
+class VerdictSerializer(serializers.Serializer):
+    status = serializers.CharField()
+    blockers = serializers.ListField(child=serializers.DictField())
+
+
+class SubscriptionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    provider = serializers.CharField()
+    provider_account = serializers.CharField()
+    provider_subscription_id = serializers.CharField()
+    provider_status = serializers.CharField()
+    cohort = serializers.CharField()
+    policy = serializers.CharField()
+    outstanding_cycle_root = serializers.CharField()
+    entitlement_profile = serializers.CharField()
+    entitlement_generation = serializers.IntegerField()
+    blocking_cycles = CycleSerializer(many=True)
+    verdict = VerdictSerializer(allow_null=True)
+
+
+class TransitionSerializer(serializers.ModelSerializer):
+    cycle_id = serializers.UUIDField(source="cycle.cycle_id", allow_null=True, default=None)
+
+    class Meta:
+        model = TransitionReceipt
+        fields = [
+            "id", "cycle_id", "edge", "accepted", "from_state", "to_state", "rejection_reason", "detail",
+            "cause_kind", "cause_ref", "actor", "reason", "ticket", "cycle_generation", "root_before", "root_after",
+            "decision_profile", "entitlement_generation", "trusted_time",
+        ]
+        read_only_fields = fields
+
+
+class PolicySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DunningPolicy
+        fields = ["id", "identity", "name", "version", "cohort", "is_default", "mode", "retry_authority", "prices",
+                  "digest", "published_at", "document"]
+        read_only_fields = fields
+
+
+class TransitionResultSerializer(serializers.Serializer):
+    accepted = serializers.BooleanField()
+    edge = serializers.CharField()
+    from_state = serializers.CharField()
+    to_state = serializers.CharField()
+    cycle_generation = serializers.IntegerField(allow_null=True)
+    profile = serializers.CharField()
+    entitlement_generation = serializers.IntegerField(allow_null=True)
+    snapshot_issued = serializers.BooleanField()
+    receipt_id = serializers.IntegerField(allow_null=True)
+
+
+class RetryResultSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["PAID", "DECLINED", "UNKNOWN"])
+    detail = serializers.CharField(allow_blank=True)
+    code = serializers.CharField(allow_blank=True)
+
+
+class PolicyPublishResultSerializer(serializers.Serializer):
+    created = serializers.BooleanField(help_text="False when the identical document was already published.")
+    policy = PolicySerializer()
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+
+
+class _NoExtraFields(serializers.Serializer):
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class ExceptionGrantSerializer(_NoExtraFields):
+    expires_at = serializers.DateTimeField(help_text="When the exception ends; bounded by the policy.")
+    reason = serializers.CharField(max_length=2000, help_text="Why (audited).")
+    ticket = serializers.CharField(max_length=128, help_text="Support ticket reference (audited).")
+    profile = serializers.ChoiceField(choices=list(PROFILES), required=False,
+                                      help_text="Profile while the exception runs; default FULL.")
+    owner = serializers.CharField(max_length=150, required=False, help_text="Default: the acting user.")
+
+
+class RetryRequestSerializer(_NoExtraFields):
+    reason = serializers.CharField(max_length=2000, help_text="Why support retries now (audited).")
+    ticket = serializers.CharField(max_length=128, help_text="Support ticket reference (audited).")
+
+
+class PolicyPublishSerializer(_NoExtraFields):
+    text = serializers.CharField(max_length=200_000, trim_whitespace=False,
+                                 help_text="The policy document, YAML or JSON (subscription.dunningPolicy.v1).")
