@@ -56,3 +56,8 @@ ENTITLEMENT_PUSH_TIMEOUT_SECONDS = float(os.environ.get("ENTITLEMENT_PUSH_TIMEOU
 ENTITLEMENT_PUSH_MAX_ATTEMPTS = int(os.environ.get("ENTITLEMENT_PUSH_MAX_ATTEMPTS", "12"))
 ENTITLEMENT_PUSH_BACKOFF_BASE_SECONDS = int(os.environ.get("ENTITLEMENT_PUSH_BACKOFF_BASE_SECONDS", "30"))
 ENTITLEMENT_PUSH_BACKOFF_MAX_SECONDS = int(os.environ.get("ENTITLEMENT_PUSH_BACKOFF_MAX_SECONDS", "3600"))
+
+# API throttle counters live in the default cache. One process needs nothing more; several web
+# processes need a shared cache, e.g. CACHE_URL=redis://127.0.0.1:6379/2.
+if _cache_url := __import__("os").environ.get("CACHE_URL", ""):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}}
