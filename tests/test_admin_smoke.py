@@ -28,7 +28,7 @@ def demo(db, django_user_model):
     ReconciliationReport.objects.create(run_for=run.run_for, window_start=run.run_for, window_end=run.run_for,
                                         created_at=run.run_for, totals={"invoices": 1},
                                         discrepancies=[{"kind": "ROOT_MISMATCH", "detail": "smoke"}])
-    lead = django_user_model.objects.create_user("lead", password="x")
+    lead = django_user_model.objects.create_user("incident-lead", password="x")
     incident_end(switch=incident_start(user=lead, reason="drill", ticket="INC-0"), user=lead)
 
 
