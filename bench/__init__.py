@@ -1,0 +1,1 @@
+"""Throughput, latency and scale bench for the dunning service (see bench/README.md)."""

@@ -1,0 +1,181 @@
+"""Shared plumbing for the bench: progress lines, databases, child processes, ports, statistics.
+
+Nothing here imports Django at module level: the sweep and acceptance workers import it after
+they have set DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+VENV_BIN = Path(PYTHON).parent
+PG_HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("BENCH_PG_PORT", "5432"))
+PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
+DB_PREFIX = "bench_dunning"
+SECRET = "whsec_bench"
+ACCOUNT = "acct_demo"
+PRICE = "price_monthly_pro"
+_T0 = time.monotonic()
+
+
+def db_url(name: str) -> str:
+    return f"postgres://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
+
+
+def say(phase: str, message: str) -> None:
+    elapsed = int(time.monotonic() - _T0)
+    print(f"[bench {elapsed // 60:02d}:{elapsed % 60:02d}] {phase}: {message}", flush=True)
+
+
+class Ticker:
+    """Progress for a long wait: at most one line every `every` seconds."""
+
+    def __init__(self, phase: str, every: float = 2.0) -> None:
+        self.phase, self.every, self.last = phase, every, 0.0
+
+    def __call__(self, message: str, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last >= self.every:
+            self.last = now
+            say(self.phase, message)
+
+
+# ---- databases (admin connection to the maintenance database) -------------------------------
+
+def _admin():  # noqa: ANN202
+    import psycopg
+
+    return psycopg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres", autocommit=True)
+
+
+def db_drop(name: str) -> None:
+    assert name.startswith("bench_"), name
+    with _admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def db_create(name: str, template: str | None = None) -> None:
+    assert name.startswith("bench_"), name
+    db_drop(name)
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+
+
+def db_list(prefix: str) -> list[str]:
+    with _admin() as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [prefix + "%"]).fetchall()
+    return [r[0] for r in rows]
+
+
+def use_db(name: str) -> None:
+    """Point this process's Django default connection at another bench database."""
+    from django.conf import settings
+    from django.db import connections
+
+    connections.close_all()
+    settings.DATABASES["default"]["NAME"] = name
+    connections["default"].settings_dict["NAME"] = name
+
+
+# ---- child processes ----------------------------------------------------------------------------
+
+class Children:
+    """Every process the bench starts, each in its own session so it can be stopped as a group
+    (gunicorn and celery fork workers). Stopped on exit, on Ctrl-C and on SIGTERM."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: Sequence[str], *, env: dict[str, str], log: Path | None = None,
+              stdout: int | IO[Any] | None = None) -> subprocess.Popen:
+        out: Any = stdout
+        if out is None:
+            out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(list(argv), cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT if log or stdout is None else None,
+                                start_new_session=True)
+        self.procs.append((name, proc))
+        return proc
+
+    def stop(self, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        else:  # the leader is gone; make sure no forked worker of its group is left behind
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.procs = [(n, p) for n, p in self.procs if p is not proc]
+
+    def stop_all(self) -> None:
+        for _, proc in list(reversed(self.procs)):
+            self.stop(proc, timeout=5.0)
+
+
+CHILDREN = Children()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode} before listening")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on port {port} after {timeout} s")
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update({"DJANGO_SETTINGS_MODULE": "config.settings", "STRIPE_WEBHOOK_SECRETS": SECRET,
+                "STRIPE_WEBHOOK_SECRET": SECRET, "STRIPE_ACCOUNT": ACCOUNT, "DJANGO_DEBUG": "0",
+                "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"})
+    env.update(overrides)
+    return env
+
+
+def peak_rss_kb(pid: int) -> int:
+    """VmHWM of a live process (its peak resident set so far), in KiB; 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+# ---- statistics ----------------------------------------------------------------------------------
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]

@@ -1,0 +1,614 @@
+"""The bench runner: `python -m bench [--smoke] [options]`. See bench/README.md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    ACCOUNT,
+    CHILDREN,
+    DB_PREFIX,
+    PG_HOST,
+    PG_PORT,
+    PG_USER,
+    PYTHON,
+    ROOT,
+    SECRET,
+    VENV_BIN,
+    Ticker,
+    child_env,
+    db_create,
+    db_drop,
+    db_list,
+    db_url,
+    free_port,
+    peak_rss_kb,
+    percentile,
+    say,
+    use_db,
+    wait_port,
+)
+
+TEMPLATE = f"{DB_PREFIX}_template"
+OUT_DIR = ROOT / "var" / "bench"
+LOG_DIR = OUT_DIR / "logs"
+
+
+# ---- sizes ---------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description="Throughput, latency and scale bench.")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, < 60 s, targets not judged (CI)")
+    p.add_argument("--only", default="accept,webhook,restore,sweep",
+                   help="comma-separated phases to run (accept, webhook, restore, sweep)")
+    p.add_argument("--accept-seconds", type=float, default=None, help="per client count (default 10, smoke 2)")
+    p.add_argument("--pgbench-scale", type=int, default=None, help="pgbench -i -s (default 10, smoke 1)")
+    p.add_argument("--rate", type=float, default=200.0, help="offered webhook rate, deliveries/s")
+    p.add_argument("--webhook-seconds", type=float, default=None, help="measured seconds (default 15, smoke 1)")
+    p.add_argument("--burst", type=int, default=None, help="invoice.paid burst size (default 1000, smoke 20)")
+    p.add_argument("--celery-concurrency", type=int, default=2)
+    p.add_argument("--sweep-sizes", default=None, help="two sizes, small,large (default 10000,100000; smoke 20,60)")
+    p.add_argument("--profile-size", type=int, default=None,
+                   help="cycles in the separate pyinstrument-profiled sweep (default 1000, smoke 20; 0 = none)")
+    p.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11"),
+                   help="a Redis database the bench may own and flush (must be empty or the bench's)")
+    p.add_argument("--keep-dbs", action="store_true", help="leave the bench_dunning_* databases behind")
+    p.add_argument("--out", default=str(OUT_DIR / "results.json"))
+    a = p.parse_args(argv)
+    smoke = a.smoke
+    a.accept_seconds = a.accept_seconds or (2.0 if smoke else 10.0)
+    a.pgbench_scale = a.pgbench_scale or (1 if smoke else 10)
+    a.webhook_seconds = a.webhook_seconds or (1.0 if smoke else 15.0)
+    a.burst = a.burst or (20 if smoke else 1000)
+    sizes = a.sweep_sizes or ("20,60" if smoke else "10000,100000")
+    a.sweep_sizes = [int(s) for s in sizes.split(",")]
+    if len(a.sweep_sizes) != 2 or a.sweep_sizes[0] >= a.sweep_sizes[1]:
+        p.error("--sweep-sizes takes two increasing sizes, e.g. 10000,100000")
+    a.profile_size = a.profile_size if a.profile_size is not None else (20 if smoke else 1000)
+    a.phases = [x.strip() for x in a.only.split(",") if x.strip()]
+    return a
+
+
+# ---- setup -----------------------------------------------------------------------------------------
+
+def setup_template() -> None:
+    say("setup", f"creating {TEMPLATE} (migrate + shipped policies)")
+    db_create(TEMPLATE)
+    started = time.monotonic()
+    subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True,
+                   env=child_env(DATABASE_URL=db_url(TEMPLATE)))
+    use_db(TEMPLATE)
+    from bench.seed import publish_shipped_policies
+
+    publish_shipped_policies()
+    use_db(TEMPLATE)
+    from django.db import connections
+
+    connections.close_all()
+    say("setup", f"template ready in {time.monotonic() - started:.1f} s")
+
+
+def fresh_db(phase: str) -> str:
+    from django.db import connections
+
+    connections.close_all()
+    name = f"{DB_PREFIX}_{phase}"
+    db_create(name, template=TEMPLATE)
+    use_db(name)
+    return name
+
+
+def fake_rows(n: int, tag: str) -> list[dict[str, Any]]:
+    return [{"customer": f"cus_{tag}{i}", "subscription": f"sub_{tag}{i}", "invoice": f"in_{tag}{i}",
+             "amount": 2000, "currency": "usd"} for i in range(n)]
+
+
+def now():  # noqa: ANN201
+    from dunning.clock import trusted_now
+
+    return trusted_now()
+
+
+def start_simulator(count: int, *, paid: bool, tag: str) -> tuple[subprocess.Popen, str, list[dict[str, Any]]]:
+    out = OUT_DIR / f"sim_{tag}.json"
+    argv = [PYTHON, "-m", "bench.simproc", "--count", str(count), "--out", str(out)] + (["--paid"] if paid else [])
+    proc = CHILDREN.start("simulator", argv, env=child_env(), stdout=subprocess.PIPE)
+    tick = Ticker("simulator")
+    started = time.monotonic()
+    say("simulator", f"seeding {count} {'paid ' if paid else ''}invoices in a simulator subprocess")
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if not line.startswith("READY "):
+        raise RuntimeError(f"simulator did not start: {line!r} (exit {proc.poll()})")
+    base = line.split()[1]
+    data = json.loads(out.read_text())
+    tick(f"{count} invoices at {base} (seed {data['seed_seconds']} s, pay {data['paid_seconds']} s, "
+         f"total {time.monotonic() - started:.1f} s)", force=True)
+    return proc, base, data["rows"]
+
+
+def start_gunicorn(database: str, redis_url: str, *, api_base: str = "", persistent: bool = False
+                   ) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = child_env(DATABASE_URL=db_url(database), REDIS_URL=redis_url, ALLOWED_HOSTS="127.0.0.1,localhost",
+                    **({"STRIPE_API_BASE": api_base} if api_base else {}))
+    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", "--worker-class", "sync",
+            "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
+    if persistent:
+        argv += ["-c", str(ROOT / "bench" / "gunicorn_persistent.py")]
+    proc = CHILDREN.start("gunicorn", argv, env=env, log=LOG_DIR / "gunicorn.log")
+    wait_port(port, 30, proc)
+    return proc, f"http://127.0.0.1:{port}/webhooks/stripe/"
+
+
+def start_celery(database: str, redis_url: str, api_base: str, concurrency: int) -> subprocess.Popen:
+    log = LOG_DIR / "celery.log"
+    log.write_text("")
+    env = child_env(DATABASE_URL=db_url(database), REDIS_URL=redis_url, STRIPE_API_BASE=api_base)
+    argv = [str(VENV_BIN / "celery"), "-A", "config", "worker", "-P", "prefork", "-c", str(concurrency),
+            "-l", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-n", f"bench{os.getpid()}@%h"]
+    proc = CHILDREN.start("celery", argv, env=env, log=log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"celery worker exited ({proc.returncode}); see {log}")
+        if " ready." in log.read_text(errors="replace"):
+            return proc
+        time.sleep(0.2)
+    raise RuntimeError(f"celery worker not ready after 60 s; see {log}")
+
+
+class RedisDb:
+    """The Redis database the bench owns: refused if it holds someone else's keys."""
+
+    MARK = "bench:dunning:owner"
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.url = url
+        self.r = redis.Redis.from_url(url)
+        size = self.r.dbsize()
+        if size and not self.r.exists(self.MARK):
+            raise SystemExit(f"{url} holds {size} keys that are not the bench's; pass --redis-url with a free db")
+        self.r.set(self.MARK, "1")
+
+    def reset(self) -> None:
+        self.r.flushdb()
+        self.r.set(self.MARK, "1")
+
+    def queued(self) -> int:
+        return int(self.r.llen("celery"))
+
+    def release(self) -> None:
+        self.r.flushdb()
+
+
+# ---- phase 1: acceptance vs pgbench --------------------------------------------------------------
+
+def pgbench(args: argparse.Namespace, clients: int) -> float:
+    base = ["-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_USER]
+    out = subprocess.run(["pgbench", *base, "-c", str(clients), "-j", str(clients), "-T",
+                          str(int(max(1, args.accept_seconds))), f"{DB_PREFIX}_pgbench"],
+                         capture_output=True, text=True, check=True)
+    match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
+    if not match:
+        raise RuntimeError(f"pgbench printed no tps: {out.stdout}\n{out.stderr}")
+    return float(match.group(1))
+
+
+def phase_accept(args: argparse.Namespace) -> dict[str, Any]:
+    from bench import accept_worker
+    from bench.seed import seed_grace_cycles
+
+    say("acceptance", f"pgbench -i -s {args.pgbench_scale} on {DB_PREFIX}_pgbench")
+    db_create(f"{DB_PREFIX}_pgbench")
+    subprocess.run(["pgbench", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_USER, "-i", "-q", "-s",
+                    str(args.pgbench_scale), f"{DB_PREFIX}_pgbench"], check=True, capture_output=True)
+    database = fresh_db("accept")
+    per_worker = 20
+    seeded = seed_grace_cycles(fake_rows(2 * per_worker, "acc"), failed_at=now() - timedelta(hours=1))
+    from django.db import connections
+
+    connections.close_all()
+    pks = seeded["cycle_pks"]
+    ctx = multiprocessing.get_context("spawn")
+    rows = []
+
+    def workers(clients: int, seconds: float, profile: str = "") -> list[dict[str, Any]]:
+        ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
+        procs = [ctx.Process(target=accept_worker.run,
+                             args=(db_url(database), pks[w * per_worker:(w + 1) * per_worker], ready, start,
+                                   seconds, results, profile), daemon=True) for w in range(clients)]
+        for proc in procs:
+            proc.start()
+        try:
+            for _ in procs:
+                ready.get(timeout=120)
+            start.set()
+            outs = [results.get(timeout=seconds + 120) for _ in procs]
+        finally:
+            for proc in procs:
+                proc.join(10)
+                if proc.is_alive():
+                    proc.kill()
+        errors = [o["error"] for o in outs if "error" in o]
+        if errors:
+            raise RuntimeError(errors[0])
+        return outs
+
+    for clients in (1, 2):
+        tps_pg = pgbench(args, clients)
+        say("acceptance", f"pgbench tpcb-like -c {clients}: {tps_pg:.0f} tps")
+        say("acceptance", f"{clients} worker(s) running record_evidence for {args.accept_seconds:.0f} s")
+        outs = workers(clients, args.accept_seconds)
+        accepted = sum(o["accepted"] for o in outs)
+        tps_app = sum(o["accepted"] / o["seconds"] for o in outs)
+        ratio = tps_app / tps_pg if tps_pg else 0.0
+        say("acceptance", f"{clients} worker(s): {tps_app:.0f} accepted/s ({accepted} accepted, "
+                          f"{sum(o['refused'] for o in outs)} refused); {ratio:.0%} of pgbench")
+        rows.append({"clients": clients, "accepted_per_s": tps_app, "accepted": accepted,
+                     "refused": sum(o["refused"] for o in outs), "pgbench_tps": tps_pg, "ratio": ratio,
+                     "seconds": args.accept_seconds, "queries_per_acceptance": outs[0]["queries_per_acceptance"]})
+    profile = OUT_DIR / "accept_profile.txt"
+    say("acceptance", f"profiling one worker for {min(args.accept_seconds, 3):.0f} s with pyinstrument -> {profile}")
+    workers(1, min(args.accept_seconds, 3.0), str(profile))
+    return {"edge": "record_evidence (full §6 transaction, no FSM move)", "cycles_per_worker": per_worker,
+            "pgbench_scale": args.pgbench_scale, "runs": rows, "profile": str(profile)}
+
+
+# ---- phase 2: webhook ingest -----------------------------------------------------------------------
+
+def webhook_run(args: argparse.Namespace, redis: RedisDb, database: str, *, persistent: bool) -> dict[str, Any]:
+    from bench.loadgen import open_loop, synthetic_event
+    from dunning.models import ProviderEvent
+
+    label = "webhook+persistent-conn" if persistent else "webhook"
+    redis.reset()
+    proc, url = start_gunicorn(database, redis.url, persistent=persistent)
+    tag = f"{int(time.time() * 1000)}"
+    warm = [synthetic_event(f"evt_warm{tag}_{i}", f"in_w{i}", ACCOUNT) for i in range(int(args.rate))]
+    n = int(args.rate * args.webhook_seconds)
+    bodies = [synthetic_event(f"evt_bench{tag}_{i}", f"in_b{i}", ACCOUNT) for i in range(n)]
+    say(label, f"gunicorn (2 sync workers{', CONN_MAX_AGE=60' if persistent else ''}) at {url}; "
+               f"warm-up 1 s at {args.rate:.0f}/s")
+    try:
+        open_loop(url, warm, args.rate, SECRET)
+        say(label, f"measuring {n} signed deliveries at {args.rate:.0f}/s ({args.webhook_seconds:.0f} s)")
+        out = open_loop(url, bodies, args.rate, SECRET, progress=Ticker(label))
+    finally:
+        CHILDREN.stop(proc)
+    res = out["results"]
+    ok = [r for r in res if r[2] == 200]
+    from_due = [r[0] * 1000 for r in res]
+    from_send = [r[1] * 1000 for r in res]
+    stored = ProviderEvent.objects.filter(event_id__startswith=f"evt_bench{tag}_").count()
+    queued = redis.queued()
+    redis.reset()
+    result = {
+        "persistent_db_connections": persistent, "offered_rate": args.rate, "deliveries": n, "ok_200": len(ok),
+        "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"] if out["wall"] else 0.0,
+        "p50_ms": percentile(from_due, 50), "p99_ms": percentile(from_due, 99), "max_ms": max(from_due),
+        "p50_ms_from_send": percentile(from_send, 50), "p99_ms_from_send": percentile(from_send, 99),
+        "events_stored": stored, "tasks_on_broker": queued,
+    }
+    say(label, f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, {result['achieved_per_s']:.0f}/s, "
+               f"{result['errors']} errors; {stored} events stored, {queued} tasks on the broker")
+    return result
+
+
+def phase_webhook(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
+    database = fresh_db("webhook")
+    result = webhook_run(args, redis, database, persistent=False)
+    result["variant_persistent_connections"] = webhook_run(args, redis, database, persistent=True)
+    from django.db import connections
+
+    connections.close_all()
+    return result
+
+
+# ---- phase 3: paid -> restored ---------------------------------------------------------------------
+
+def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
+    from bench.loadgen import burst
+    from bench.seed import seed_grace_cycles
+
+    n = args.burst
+    sim, api_base, rows = start_simulator(n, paid=True, tag="restore")
+    database = fresh_db("restore")
+    seeded = seed_grace_cycles(rows, failed_at=now() - timedelta(hours=1), progress=Ticker("restore"))
+    from django.db import connections
+
+    connections.close_all()
+    redis.reset()
+    gunicorn, url = start_gunicorn(database, redis.url, api_base=api_base)
+    say("restore", f"starting celery worker (prefork, concurrency {args.celery_concurrency}) on {redis.url}")
+    worker = start_celery(database, redis.url, api_base, args.celery_concurrency)
+    sub_of = {r["invoice"]: pk for r, pk in zip(rows, seeded["subscription_pks"], strict=True)}
+    items = [(r["invoice"], r["event"].encode()) for r in rows]
+    say("restore", f"burst of {n} invoice.paid deliveries for subscriptions in grace")
+    began = time.time()
+    sent = burst(url, items, SECRET, progress=Ticker("restore"))
+    sent_done = time.time()
+    say("restore", f"burst sent in {sent_done - began:.2f} s; waiting for FULL snapshots")
+    from entitlements.models import EntitlementSnapshot
+    from entitlements.profiles import FULL
+
+    pks = list(sub_of.values())
+    timeout = max(60.0, n * 0.3)
+    tick = Ticker("restore")
+    restored: dict[int, float] = {}
+    while time.time() - began < timeout:
+        restored = {s: t.timestamp() for s, t in EntitlementSnapshot.objects.filter(
+            subscription_id__in=pks, profile=FULL, generation__gt=seeded["grace_generation"]).values_list(
+            "subscription_id", "issued_at")}
+        tick(f"{len(restored)}/{n} restored to FULL ({redis.queued()} tasks queued)")
+        if len(restored) >= n:
+            break
+        time.sleep(0.5)
+    connections.close_all()
+    CHILDREN.stop(worker, timeout=20)
+    CHILDREN.stop(gunicorn)
+    CHILDREN.stop(sim)
+    from dunning.models import ProviderEvent
+
+    outcomes: dict[str, int] = {}
+    for outcome in ProviderEvent.objects.values_list("outcome", flat=True):
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    lat = [restored[sub_of[inv]] - at for inv, (at, _) in sent.items() if sub_of[inv] in restored]
+    last = max(restored.values()) if restored else began
+    result = {
+        "deliveries": n, "accepted_200": sum(1 for _, s in sent.values() if s == 200), "restored": len(restored),
+        "burst_send_seconds": sent_done - began, "drain_seconds": last - began,
+        "throughput_per_s": len(restored) / (last - began) if restored and last > began else 0.0,
+        "p50_s": percentile(lat, 50), "p90_s": percentile(lat, 90), "p99_s": percentile(lat, 99),
+        "max_s": max(lat) if lat else None, "min_s": min(lat) if lat else None,
+        "celery_concurrency": args.celery_concurrency, "event_outcomes": outcomes,
+    }
+    if len(restored) < n:
+        result["p99_s"] = None  # incomplete: not every subscription was restored before the timeout
+    say("restore", f"{len(restored)}/{n} restored; p50 {result['p50_s']} s, p99 {result['p99_s']} s, "
+                   f"{result['throughput_per_s']:.1f} restorations/s")
+    return result
+
+
+# ---- phase 4+5: grace sweep, plans, memory, profile ------------------------------------------------
+
+EXPLAIN_NOTE = ("due_in_order(DunningCycle.objects.filter(state=GRACE_ACTIVE, grace_expires_at__lte=now), "
+                "'grace_expires_at'): first page and a keyset page")
+
+
+def explain_due_queries(run_now) -> dict[str, str]:  # noqa: ANN001
+    from django.db import connection
+    from django.db.models import Q
+
+    from dunning.models import DunningCycle
+    from dunning.states import CycleState
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE dunning_dunningcycle")
+    due = DunningCycle.objects.filter(state=CycleState.GRACE_ACTIVE, grace_expires_at__lte=run_now)
+    first = list(due.order_by("grace_expires_at", "pk").values_list("grace_expires_at", "pk")[:500])
+    last_due, last_pk = first[-1] if first else (run_now, 0)
+    page = due.filter(Q(grace_expires_at__gt=last_due) | Q(grace_expires_at=last_due, pk__gt=last_pk))
+    plans = {}
+    for name, qs in (("first_page", due), ("keyset_page", page)):
+        sliced = qs.order_by("grace_expires_at", "pk").values_list("grace_expires_at", "pk")[:500]
+        plans[name] = str(sliced.query) + "\n" + sliced.explain(analyze=True, buffers=True)
+    return plans
+
+
+def run_sweep(size: int, *, tag: str, profile: str = "") -> dict[str, Any]:
+    from django.db.models import Count
+
+    from bench.seed import seed_grace_cycles
+
+    sim, api_base, rows = start_simulator(size, paid=False, tag=tag)
+    database = fresh_db(tag)
+    began = time.monotonic()
+    seed_grace_cycles(rows, failed_at=now() - timedelta(days=10), progress=Ticker(tag, 5))
+    del rows
+    say(tag, f"seeded {size} due cycles in {time.monotonic() - began:.1f} s")
+    plans = explain_due_queries(now())
+    from django.db import connections
+
+    connections.close_all()
+    env = child_env(DATABASE_URL=db_url(database), STRIPE_API_BASE=api_base, STRIPE_TIMEOUT_SECONDS="30")
+    argv = [PYTHON, "-m", "bench.sweep_worker"] + (["--profile", profile] if profile else [])
+    proc = CHILDREN.start("sweep", argv, env=env, stdout=subprocess.PIPE)
+    say(tag, f"grace_expiry over {size} due cycles in a worker subprocess (pid {proc.pid})"
+             + (" under pyinstrument" if profile else ""))
+    started = time.monotonic()
+    peak = 0
+    result: dict[str, Any] = {}
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    buffer = b""
+    tick = Ticker(tag, 5)
+    while True:
+        peak = max(peak, peak_rss_kb(proc.pid))
+        chunk = proc.stdout.read() or b""
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace")
+            if text.startswith("RESULT "):
+                result = json.loads(text[7:])
+            elif text.startswith("PROGRESS "):
+                tick(text[9:] + f" ({time.monotonic() - started:.0f} s, RSS {peak // 1024} MB)")
+        if proc.poll() is not None and not chunk:
+            break
+        time.sleep(0.25)
+    wall_outside = time.monotonic() - started
+    CHILDREN.stop(proc)
+    CHILDREN.stop(sim)
+    if not result:
+        raise RuntimeError(f"the sweep worker exited {proc.returncode} without a result")
+    from dunning.models import DunningCycle
+    from dunning.states import CycleState
+
+    use_db(database)
+    states = dict(DunningCycle.objects.values_list("state").annotate(n=Count("pk")))
+    connections.close_all()
+    result.update({"size": size, "process_wall_seconds": wall_outside, "polled_peak_rss_kb": peak,
+                   "states_after": states, "explain": plans,
+                   "per_cycle_ms": 1000 * result["wall_seconds"] / size,
+                   "all_restricted": states.get(CycleState.RESTRICTED, 0) == size})
+    say(tag, f"{size} cycles: {result['wall_seconds']:.1f} s ({result['per_cycle_ms']:.1f} ms/cycle), "
+             f"peak RSS {result['ru_maxrss_kb'] / 1024:.0f} MB, states {states}, job {result['status']}")
+    return result
+
+
+def phase_sweep(args: argparse.Namespace) -> dict[str, Any]:
+    small, large = args.sweep_sizes
+    runs = {str(small): run_sweep(small, tag="sweep_small")}
+    estimate = runs[str(small)]["per_cycle_ms"] * large / 1000
+    say("sweep", f"at {runs[str(small)]['per_cycle_ms']:.1f} ms/cycle the {large}-cycle sweep should take "
+                 f"about {estimate / 60:.0f} min (plus seeding)")
+    runs[str(large)] = run_sweep(large, tag="sweep_large")
+    profile = None
+    if args.profile_size:
+        path = OUT_DIR / "sweep_profile.txt"
+        prof = run_sweep(args.profile_size, tag="sweep_profile", profile=str(path))
+        profile = {"size": args.profile_size, "file": str(path), "wall_seconds": prof["wall_seconds"]}
+    ratio = runs[str(large)]["wall_seconds"] / runs[str(small)]["wall_seconds"]
+    return {"sizes": [small, large], "runs": runs, "ratio": ratio, "ratio_target": 1.1 * large / small,
+            "profile": profile}
+
+
+# ---- report ----------------------------------------------------------------------------------------
+
+def judge(value: float | None, ok: bool, smoke: bool) -> str:
+    if value is None:
+        return "FAIL" if not smoke else "n/a"
+    if smoke:
+        return "n/a (smoke)"
+    return "PASS" if ok else "FAIL"
+
+
+def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+
+    def row(name: str, value: str, target: str, verdict: str) -> None:
+        out.append({"figure": name, "value": value, "target": target, "verdict": verdict})
+
+    acc = results.get("accept")
+    if acc:
+        for r in acc["runs"]:
+            row(f"acceptance c={r['clients']}", f"{r['accepted_per_s']:.0f}/s vs pgbench {r['pgbench_tps']:.0f} tps "
+                f"= {r['ratio']:.0%}", ">= 25% of pgbench", judge(r["ratio"], r["ratio"] >= 0.25, smoke))
+    wh = results.get("webhook")
+    if wh:
+        row(f"webhook p99 @ {wh['offered_rate']:.0f}/s", f"{wh['p99_ms']:.1f} ms (p50 {wh['p50_ms']:.1f} ms, "
+            f"{wh['achieved_per_s']:.0f}/s, {wh['errors']} err)", "p99 < 20 ms, 0 errors",
+            judge(wh["p99_ms"], wh["p99_ms"] < 20 and wh["errors"] == 0, smoke))
+        v = wh["variant_persistent_connections"]
+        row("  (info) same, CONN_MAX_AGE=60", f"{v['p99_ms']:.1f} ms (p50 {v['p50_ms']:.1f} ms, "
+            f"{v['achieved_per_s']:.0f}/s, {v['errors']} err)", "proposal, not judged", "info")
+    rs = results.get("restore")
+    if rs:
+        p99 = rs["p99_s"]
+        row(f"paid->FULL p99 (burst {rs['deliveries']})",
+            f"{p99:.2f} s (p50 {rs['p50_s']:.2f} s, {rs['restored']}/{rs['deliveries']} restored, "
+            f"{rs['throughput_per_s']:.1f}/s)" if p99 is not None else
+            f"incomplete: {rs['restored']}/{rs['deliveries']} restored", "p99 < 1 s",
+            judge(p99, p99 is not None and p99 < 1.0, smoke))
+    sw = results.get("sweep")
+    if sw:
+        small, large = sw["sizes"]
+        rs_, rl = sw["runs"][str(small)], sw["runs"][str(large)]
+        row(f"sweep {small} / {large}", f"{rs_['wall_seconds']:.1f} s / {rl['wall_seconds']:.1f} s "
+            f"(ratio {sw['ratio']:.2f})", f"ratio <= {sw['ratio_target']:.1f}",
+            judge(sw["ratio"], sw["ratio"] <= sw["ratio_target"] and rs_["all_restricted"] and rl["all_restricted"],
+                  smoke))
+        mb = rl["ru_maxrss_kb"] / 1024
+        row(f"sweep worker peak RSS ({large})", f"{mb:.0f} MB", "< 300 MB", judge(mb, mb < 300, smoke))
+    return out
+
+
+def print_table(rows: list[dict[str, str]]) -> None:
+    widths = {k: max(len(k), *(len(r[k]) for r in rows)) for k in ("figure", "value", "target", "verdict")}
+    line = "  ".join(k.upper().ljust(widths[k]) for k in widths)
+    print("\n" + line + "\n" + "-" * len(line))
+    for r in rows:
+        print("  ".join(r[k].ljust(widths[k]) for k in widths))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    os.environ["DATABASE_URL"] = db_url(TEMPLATE)
+    os.environ.pop("REDIS_URL", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    results: dict[str, Any] = {"command": command, "smoke": args.smoke, "started_at": time.strftime("%FT%T%z"),
+                               "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}
+    redis = None
+    code = 0
+    try:
+        db_create(TEMPLATE)  # so django.setup() has a database to point at
+        import django
+
+        django.setup()
+        setup_template()
+        if "webhook" in args.phases or "restore" in args.phases:
+            redis = RedisDb(args.redis_url)
+        if "accept" in args.phases:
+            results["accept"] = phase_accept(args)
+        if "webhook" in args.phases:
+            results["webhook"] = phase_webhook(args, redis)
+        if "restore" in args.phases:
+            results["restore"] = phase_restore(args, redis)
+        if "sweep" in args.phases:
+            results["sweep"] = phase_sweep(args)
+    except KeyboardInterrupt:
+        say("bench", "interrupted; stopping children")
+        code = 130
+    except Exception as exc:
+        say("bench", f"failed: {exc!r}")
+        results["error"] = repr(exc)
+        code = 1
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        CHILDREN.stop_all()
+        if redis is not None:
+            redis.release()
+        from django.db import connections
+
+        connections.close_all()
+        if not args.keep_dbs:
+            for name in db_list(DB_PREFIX):
+                db_drop(name)
+    results["loadavg_end"] = os.getloadavg()
+    results["table"] = table(results, args.smoke)
+    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+    sweep = results.get("sweep")
+    if sweep:
+        small, large = sweep["sizes"]
+        print(f"\nEXPLAIN of the due-row queries ({large} rows; {EXPLAIN_NOTE}):")
+        for name, plan in sweep["runs"][str(large)]["explain"].items():
+            print(f"--- {name}\n{plan}")
+        if sweep.get("profile"):
+            print(f"\npyinstrument profile of a {sweep['profile']['size']}-cycle sweep: {sweep['profile']['file']}")
+    if results["table"]:
+        print_table(results["table"])
+    print(f"\nresults: {args.out}\ncommand: {command}")
+    if args.smoke and code == 0:
+        print("smoke: every phase ran end to end (targets not judged at smoke sizes)")
+    return code
