@@ -49,3 +49,23 @@ def test_sweep_counts_a_provider_that_does_not_answer_and_keeps_the_event(sim, c
     sim.faults.clear()
     job_run("inbox_sweep")
     assert cycle_of(invoice_id).state == "RECOVERED"
+
+
+def test_a_stale_read_of_a_paid_invoice_is_asked_again_not_taken_as_unpaid(sim, time_machine):
+    """invoice.paid arrives while the provider's read still shows the invoice open: the event is
+    kept pending and retried, so the recovery happens within a minute, not at grace expiry."""
+    time_machine.move_to("2026-12-01T09:00:00Z", tick=True)
+    customer, invoice_id, _ = failed_renewal(sim)
+    sim.set_card(customer, "ok")
+    sim.customer_pays(invoice_id)
+    sim.faults.stale_read(invoice_id, count=20)  # every read during the deliveries lags
+    sim.deliver_all()
+    sim.faults.clear()
+    (paid,) = [e for e in ProviderEvent.objects.filter(event_type="invoice.paid")
+               if e.payload["data"]["object"]["id"] == invoice_id]
+    assert paid.outcome == EventOutcome.PENDING and "stale read" in paid.error
+    assert cycle_of(invoice_id).state != "RECOVERED"
+    time_machine.move_to(paid.received_at + timedelta(seconds=61), tick=True)
+    job_run("inbox_sweep")
+    assert cycle_of(invoice_id).state == "RECOVERED"
+    assert cycle_of(invoice_id).subscription.entitlement_profile == "FULL"

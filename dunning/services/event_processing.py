@@ -28,6 +28,7 @@ from subscriptions.providers.registry import get_provider
 
 log = logging.getLogger(__name__)
 FAILED_PAYMENT_STATUSES = {"failed", "requires_payment_method", "canceled"}
+PAID_EVENT_TYPES = frozenset({"invoice.paid", "invoice.payment_succeeded"})
 
 
 @dataclass
@@ -119,6 +120,12 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
         inv = provider.fetch_invoice(invoice_id)
     except ProviderNotFound:
         return p.finish(EventOutcome.QUARANTINED, f"provider has no invoice {invoice_id}")
+    if event.event_type in PAID_EVENT_TYPES and inv.status != "paid":
+        # A paid invoice never becomes unpaid again, so this read predates the event (a lagging
+        # replica or cache). The event's body is not evidence, but it says when to ask again:
+        # the event stays pending and is retried, instead of waiting for grace expiry to notice.
+        raise ProviderIndeterminate(f"{event.event_type} for {invoice_id} but the provider's invoice still reads "
+                                    f"{inv.status}: a stale read; asking again later")
     fetched_at = trusted_now()
     if not inv.subscription_id:
         receipt_record(object_type="invoice", body=inv.raw, account=inv.account, fetched_at=fetched_at,
