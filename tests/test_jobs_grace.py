@@ -188,3 +188,14 @@ def test_exception_expiry_returns_to_the_suspended_state(in_grace, time_machine,
     assert job_run("exception_expiry").changed == 1
     cycle = cycle_of(invoice_id)
     assert cycle.state == "GRACE_ACTIVE" and cycle.subscription.entitlement_profile == "READ_EXPORT_NO_NEW_JOBS"
+
+
+def test_a_long_sweep_whose_now_fell_behind_the_clock_still_restricts(in_grace, time_machine):
+    """A 100k sweep runs for many minutes with the `now` it started with; receipts fetched late
+    in the run are stamped by the clock. They are fresh, so restriction must not be refused."""
+    _, invoice_id, cycle = in_grace
+    started = cycle.grace_expires_at + timedelta(minutes=1)
+    time_machine.move_to(started + timedelta(minutes=10), tick=True)  # the sweep has been running 10 min
+    run = job_run("grace_expiry", now=started)
+    assert cycle_of(invoice_id).state == "RESTRICTED", run.detail
+    assert run.refused == 0

@@ -10,10 +10,11 @@ reached the row is counted as an error and left for the next run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 
+from dunning.clock import trusted_now
 from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
 from dunning.models import DunningCycle, DunningPolicy
 from dunning.policy_cache import policy_spec
@@ -35,10 +36,10 @@ def _load(pk: int) -> DunningCycle:
     return DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt").get(pk=pk)
 
 
-def _ask(run: JobReport, cycle: DunningCycle, edge: str, evidence: Evidence | None = None,
-         **params: object) -> TransitionResult:
+def _ask(run: JobReport, cycle: DunningCycle, edge: str, evidence: Evidence | None = None, *,
+         now: datetime | None = None, **params: object) -> TransitionResult:
     result = cycle_accept_transition(cycle_pk=cycle.pk, edge=edge, expect=Expect.from_cycle(cycle),
-                                     cause=Cause.job(run.job), evidence=evidence, params=params, now=run.now)
+                                     cause=Cause.job(run.job), evidence=evidence, params=params, now=now or run.now)
     if result.accepted:
         run.changed += 1
     else:
@@ -80,17 +81,23 @@ def restriction(run: JobReport) -> None:
 
 def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: ANN202
     """Fetch the invoice and let the evidence move the cycle first (paid → RECOVERED, void →
-    CLOSED_VOID). Returns (invoice, receipt, reloaded cycle) or None when the fetch failed."""
+    CLOSED_VOID). Returns (invoice, receipt, reloaded cycle, the time to act at) or None when the
+    fetch failed.
+
+    A long sweep's `now` falls behind the clock that stamps receipts; acting at the later of the
+    two keeps a receipt fetched a moment ago fresh. It never acts earlier than the run's `now`, so
+    a run told a future `now` still refuses a receipt that is not fresh for it."""
     try:
         inv, receipt = invoice_fetch_fresh(cycle)
     except ProviderError as exc:
         run.errors += 1
         run.note(f"cycle {cycle.cycle_id}: fetch failed, nothing changed, retried next run: {exc}")
         return None
+    at = max(run.now, trusted_now())
     results = cycle_reconcile_with_invoice(cycle_pk=cycle.pk, inv=inv, receipt=receipt, decline_code="",
-                                           cause=Cause.job(run.job), now=run.now)
+                                           cause=Cause.job(run.job), now=at)
     run.changed += sum(1 for r in results if r.accepted and r.edge != "record_evidence")
-    return inv, receipt, _load(cycle.pk)
+    return inv, receipt, _load(cycle.pk), at
 
 
 @dataclass(frozen=True)
@@ -121,10 +128,10 @@ def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation) -> N
     fresh = _settle_from_fresh_receipt(run, cycle)
     if fresh is None:
         return
-    inv, receipt, cycle = fresh
+    inv, receipt, cycle, at = fresh
     for state, edge, cites in (step.first, step.second):
         if cycle.state == state:
-            if not _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None):
+            if not _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at):
                 return
             cycle = _load(pk)
 
