@@ -19,6 +19,7 @@ from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 
 from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import trusted_now
+from dunning.deadlocks import retry_on_deadlock
 from dunning.models import DunningCycle, DunningPolicy, MonetaryFact, TransitionReceipt
 from dunning.policy_cache import policy_spec
 from dunning.services.edges import EDGES
@@ -48,11 +49,15 @@ def cycle_accept_transition(
     evidence = evidence or Evidence()
     params = dict(params or {})
     subscription_id = DunningCycle.objects.values_list("subscription_id", flat=True).get(pk=cycle_pk)
-    try:
-        with transaction.atomic(durable=True), acceptance_scope():
-            return _accept_locked(subscription_id, cycle_pk, edge, expect, cause, evidence, params, now)
-    except Refusal as refusal:
-        return _record_rejection(subscription_id, cycle_pk, edge, expect, cause, evidence, now, refusal)
+    def decide() -> TransitionResult:
+        try:
+            with transaction.atomic(durable=True), acceptance_scope():
+                return _accept_locked(subscription_id, cycle_pk, edge, expect, cause, evidence, params, now)
+        except Refusal as refusal:
+            return _record_rejection(subscription_id, cycle_pk, edge, expect, cause, evidence, now, refusal)
+
+    # A deadlock victim rolled back entirely; the decision is taken again on the rows as they are now.
+    return retry_on_deadlock(decide, what=f"acceptance of {edge} on cycle {cycle_pk}")
 
 
 # Public alias: the name the spec uses.

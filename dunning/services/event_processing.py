@@ -14,6 +14,7 @@ from datetime import datetime
 from django.conf import settings
 
 from dunning.clock import trusted_now
+from dunning.deadlocks import retry_on_deadlock
 from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, PaymentAttempt, ProviderEvent
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.opening import InvoiceFacts, cycle_open_for_invoice
@@ -78,8 +79,9 @@ def event_process(*, event_pk: int, now: datetime | None = None) -> str:
     event.processed_at = now
     event.attempts += 1
     event.error = ""
-    event.save(update_fields=["outcome", "outcome_detail", "subscription", "invoice", "cycle", "processed_at",
-                              "attempts", "error"])
+    retry_on_deadlock(lambda: event.save(update_fields=[
+        "outcome", "outcome_detail", "subscription", "invoice", "cycle", "processed_at", "attempts", "error"]),
+        what=f"recording the outcome of event {event.event_id}")
     return result.outcome
 
 
