@@ -6,6 +6,7 @@ EXISTS over the subscription's cycles, so rows are never duplicated and counts s
 
 from __future__ import annotations
 
+import abc
 from datetime import timedelta
 
 from django.contrib import admin
@@ -19,13 +20,14 @@ from dunning.states import DELINQUENT_STATES, CycleState
 OWNER_GROUPS = ("Support agents", "Billing leads")
 
 
-class _CycleConditionFilter(admin.SimpleListFilter):
+class _CycleConditionFilter(admin.SimpleListFilter, metaclass=abc.ABCMeta):
     """Subclasses give `cycle_q(value, request)`; `on_subscriptions` wraps it in EXISTS."""
 
     on_subscriptions = False
 
+    @abc.abstractmethod
     def cycle_q(self, value: str, request) -> Q:  # noqa: ANN001
-        raise NotImplementedError
+        """The condition on DunningCycle rows for the chosen value."""
 
     def queryset(self, request, queryset: QuerySet) -> QuerySet:
         value = self.value()
