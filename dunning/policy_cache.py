@@ -1,20 +1,34 @@
-"""Validated policy documents, cached per published row (published policies never change)."""
+"""Validated policy documents, cached per published row.
+
+Published policies are append-only, so a row's (pk, digest) names one document for good. The
+cache is consulted before the document is touched: hot paths load policies with the heavy
+columns deferred (``POLICY_DEFERRED``) and only a cache miss reads and validates the JSON.
+"""
 
 from __future__ import annotations
 
-from functools import lru_cache
+import copy
 
 from dunning.policy_document import PolicyDocument, validate_policy
 
+# Columns a hot path never needs once the document is cached (select_related("policy") + defer).
+POLICY_DEFERRED = ("document", "source_text")
 
-@lru_cache(maxsize=256)
-def _spec_for(policy_id: int, digest: str, document_json: str) -> PolicyDocument:
-    import json
-
-    return validate_policy(json.loads(document_json))
+_SPECS: dict[tuple[int, str], PolicyDocument] = {}
+_MAX_CACHED = 256
 
 
 def policy_spec(policy) -> PolicyDocument:  # noqa: ANN001 - DunningPolicy; avoid import cycle
-    import json
+    key = (policy.pk, policy.digest)
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = validate_policy(copy.deepcopy(policy.document))
+        if len(_SPECS) >= _MAX_CACHED:
+            _SPECS.clear()
+        _SPECS[key] = spec
+    return spec
 
-    return _spec_for(policy.pk, policy.digest, json.dumps(policy.document, sort_keys=True))
+
+def deferred_policy(relation: str) -> tuple[str, ...]:
+    """``defer()`` arguments for the heavy policy columns reached through ``relation``."""
+    return tuple(f"{relation}__{name}" for name in POLICY_DEFERRED)

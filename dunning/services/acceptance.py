@@ -15,13 +15,14 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Subquery
 from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 
 from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import trusted_now
 from dunning.deadlocks import retry_on_deadlock
 from dunning.models import DunningCycle, DunningPolicy, MonetaryFact, TransitionReceipt
-from dunning.policy_cache import policy_spec
+from dunning.policy_cache import deferred_policy, policy_spec
 from dunning.services.edges import EDGES
 from dunning.services.guards import EdgeContext, Refusal
 from dunning.services.recompute import settle_subscription
@@ -48,13 +49,13 @@ def cycle_accept_transition(
     now = now or trusted_now()
     evidence = evidence or Evidence()
     params = dict(params or {})
-    subscription_id = DunningCycle.objects.values_list("subscription_id", flat=True).get(pk=cycle_pk)
+
     def decide() -> TransitionResult:
         try:
             with transaction.atomic(durable=True), acceptance_scope():
-                return _accept_locked(subscription_id, cycle_pk, edge, expect, cause, evidence, params, now)
+                return _accept_locked(cycle_pk, edge, expect, cause, evidence, params, now)
         except Refusal as refusal:
-            return _record_rejection(subscription_id, cycle_pk, edge, expect, cause, evidence, now, refusal)
+            return _record_rejection(cycle_pk, edge, expect, cause, evidence, now, refusal)
 
     # A deadlock victim rolled back entirely; the decision is taken again on the rows as they are now.
     return retry_on_deadlock(decide, what=f"acceptance of {edge} on cycle {cycle_pk}")
@@ -64,14 +65,28 @@ def cycle_accept_transition(
 accept_transition = cycle_accept_transition
 
 
+def _lock_subscription_of(cycle_pk: int) -> Subscription:
+    """Lock the cycle's subscription first (the lock order every acceptance keeps), found in the
+    same statement: a cycle never moves to another subscription."""
+    owner = DunningCycle.objects.filter(pk=cycle_pk).values("subscription_id")[:1]
+    try:
+        return (
+            Subscription.objects.select_for_update(of=("self",)).select_related("policy")
+            .defer(*deferred_policy("policy")).get(pk=Subquery(owner))
+        )
+    except Subscription.DoesNotExist:
+        raise DunningCycle.DoesNotExist(f"no dunning cycle {cycle_pk}") from None
+
+
 def _accept_locked(
-    subscription_id: int, cycle_pk: int, edge: str, expect: Expect, cause: Cause,
+    cycle_pk: int, edge: str, expect: Expect, cause: Cause,
     evidence: Evidence, params: dict[str, Any], now: datetime,
 ) -> TransitionResult:
-    subscription = Subscription.objects.select_for_update().get(pk=subscription_id)
+    subscription = _lock_subscription_of(cycle_pk)
     cycle = (
         DunningCycle.objects.select_for_update(of=("self", "invoice"))
         .select_related("invoice", "policy", "pending_attempt")
+        .defer(*deferred_policy("policy"))
         .get(pk=cycle_pk)
     )
     _compare_and_set(expect, cycle, subscription)
@@ -223,12 +238,12 @@ def _append_facts(ctx: EdgeContext) -> int:
 
 
 def _record_rejection(
-    subscription_id: int, cycle_pk: int, edge: str, expect: Expect, cause: Cause,
+    cycle_pk: int, edge: str, expect: Expect, cause: Cause,
     evidence: Evidence, now: datetime, refusal: Refusal,
 ) -> TransitionResult:
     with transaction.atomic(durable=True):
         cycle = DunningCycle.objects.select_related("invoice", "pending_attempt").get(pk=cycle_pk)
-        subscription = Subscription.objects.get(pk=subscription_id)
+        subscription = Subscription.objects.get(pk=cycle.subscription_id)
         receipt = TransitionReceipt.objects.create(
             subscription=subscription, cycle=cycle, edge=edge, accepted=False, from_state=cycle.state,
             rejection_reason=refusal.code, detail=refusal.detail, cause_kind=cause.kind, cause_ref=cause.ref,

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from dunning.aggregate import CycleView, Decision, aggregate_decision, outstanding_root
 from dunning.models import DunningCycle, OutboxMessage, TransitionReceipt
-from dunning.policy_cache import policy_spec
+from dunning.policy_cache import deferred_policy, policy_spec
 from dunning.rollout import enforces_access, sends_notifications
 from dunning.services.results import Cause, Evidence, Expect
 from dunning.states import DELINQUENT_STATES
@@ -34,7 +34,7 @@ def subscription_views(subscription: Subscription, changed_cycle: DunningCycle |
     as stored. Settled cycles never block, so they are not loaded."""
     others = (
         DunningCycle.objects.filter(subscription=subscription, state__in=DELINQUENT_STATES)
-        .select_related("invoice", "policy")
+        .select_related("invoice", "policy").defer(*deferred_policy("policy"))
     )
     if changed_cycle is not None:
         others = others.exclude(pk=changed_cycle.pk)
@@ -97,7 +97,6 @@ def settle_subscription(
     )
     update_fields = ["outstanding_cycle_root", "row_version", "updated_at"]
     subscription.outstanding_cycle_root = root
-    subscription.row_version += 1
     if issue:
         profile = get_profile(decision.profile)
         subscription.entitlement_profile = profile.name
@@ -112,7 +111,10 @@ def settle_subscription(
             "profile": profile.name, "capabilities": profile.capabilities(), "reason": decision.reason,
             "issued_at": now.isoformat(),
         }, now)
-    subscription.save(update_fields=update_fields)
+    if issue or root != root_before:
+        # Evidence that moved nothing leaves the row (and its history) alone; the receipt records it.
+        subscription.row_version += 1
+        subscription.save(update_fields=update_fields)
     if notification and changed_cycle is not None and sends_notifications(
         spec, subscription_key=key, cohort=subscription.cohort
     ):
