@@ -73,10 +73,10 @@ TEMPLATES = [
 WSGI_APPLICATION = "config.wsgi.application"
 
 _default_sqlite = f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
-# DB_CONN_MAX_AGE: seconds a web/worker process keeps its connection (production: 60; opening a
-# PostgreSQL connection per request roughly halves webhook throughput in bench/).
+# DB_CONN_MAX_AGE: seconds a web/worker process keeps its connection. Opening a PostgreSQL
+# connection per request (0) costs the webhook its latency target in bench/.
 DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL") or _default_sqlite,
-                                              conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")),
+                                              conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
                                               conn_health_checks=True)}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False  # writes choose their own durable transaction
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
