@@ -151,3 +151,30 @@ def test_history_is_kept_for_cycles_and_subscriptions(grace_cycle):
     states = list(cycle.history.order_by("history_id").values_list("state", flat=True))
     assert states == ["CURRENT", "PAYMENT_FAILED", "GRACE_ACTIVE"]
     assert cycle.subscription.history.count() >= 3
+
+
+def test_evidence_that_moves_nothing_is_receipted_but_leaves_the_subscription_row_alone(grace_cycle):
+    cycle = reload(grace_cycle.cycle)
+    sub = cycle.subscription
+    versions, history = sub.row_version, sub.history.count()
+    result = accept(cycle, "record_evidence", now=grace_cycle.now)
+    assert result.accepted
+    receipt = TransitionReceipt.objects.get(pk=result.receipt_id)
+    assert receipt.root_before == receipt.root_after == sub.outstanding_cycle_root
+    sub.refresh_from_db()
+    assert (sub.row_version, sub.history.count()) == (versions, history)
+    # A move of the root still writes the row and its history.
+    moved = accept(reload(cycle), "recover", evidence=paid_evidence(cycle, now=grace_cycle.now), now=grace_cycle.now)
+    assert moved.accepted
+    sub.refresh_from_db()
+    assert sub.row_version == versions + 1 and sub.history.count() == history + 1
+
+
+def test_an_unknown_cycle_is_an_error_not_a_refusal(policy):
+    from dunning.models import DunningCycle
+    from dunning.services.acceptance import cycle_accept_transition
+    from dunning.services.results import Cause
+
+    expect = Expect(cycle_generation=0, invoice_revision=0, attempt_id=None, policy_id=policy.pk, root=EMPTY_ROOT)
+    with pytest.raises(DunningCycle.DoesNotExist):
+        cycle_accept_transition(cycle_pk=987654321, edge="record_evidence", expect=expect, cause=Cause.system("t"))
