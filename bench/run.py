@@ -330,9 +330,12 @@ def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
     from bench.seed import seed_grace_cycles
 
     n = args.burst
-    sim, api_base, rows = start_simulator(n, paid=True, tag="restore")
+    held = max(10, n // 10)  # processed afterwards in one process under pyinstrument
+    sim, api_base, all_rows = start_simulator(n + held, paid=True, tag="restore")
+    rows, held_rows = all_rows[:n], all_rows[n:]
     database = fresh_db("restore")
-    seeded = seed_grace_cycles(rows, failed_at=now() - timedelta(hours=1), progress=Ticker("restore"))
+    seeded = seed_grace_cycles(all_rows, failed_at=now() - timedelta(hours=1), progress=Ticker("restore"))
+    seeded["subscription_pks"] = seeded["subscription_pks"][:n]
     from django.db import connections
 
     connections.close_all()
@@ -364,13 +367,15 @@ def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
         time.sleep(0.5)
     connections.close_all()
     CHILDREN.stop(worker, timeout=20)
-    CHILDREN.stop(gunicorn)
-    CHILDREN.stop(sim)
     from dunning.models import ProviderEvent
 
     outcomes: dict[str, int] = {}
     for outcome in ProviderEvent.objects.values_list("outcome", flat=True):
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    connections.close_all()
+    profile = profile_event_processing(url, api_base, database, held_rows)
+    CHILDREN.stop(gunicorn)
+    CHILDREN.stop(sim)
     lat = [restored[sub_of[inv]] - at for inv, (at, _) in sent.items() if sub_of[inv] in restored]
     last = max(restored.values()) if restored else began
     result = {
@@ -379,12 +384,34 @@ def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
         "throughput_per_s": len(restored) / (last - began) if restored and last > began else 0.0,
         "p50_s": percentile(lat, 50), "p90_s": percentile(lat, 90), "p99_s": percentile(lat, 99),
         "max_s": max(lat) if lat else None, "min_s": min(lat) if lat else None,
-        "celery_concurrency": args.celery_concurrency, "event_outcomes": outcomes,
+        "celery_concurrency": args.celery_concurrency, "event_outcomes": outcomes, "profile": profile,
     }
     if len(restored) < n:
         result["p99_s"] = None  # incomplete: not every subscription was restored before the timeout
     say("restore", f"{len(restored)}/{n} restored; p50 {result['p50_s']} s, p99 {result['p99_s']} s, "
                    f"{result['throughput_per_s']:.1f} restorations/s")
+    return result
+
+
+def profile_event_processing(url: str, api_base: str, database: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The held-out deliveries go through gunicorn with no Celery worker running; one process
+    then does their Celery work back to back under pyinstrument (var/bench/restore_profile.txt)."""
+    from bench.loadgen import burst
+
+    path = OUT_DIR / "restore_profile.txt"
+    burst(url, [(r["invoice"], r["event"].encode()) for r in rows], SECRET)
+    say("restore", f"profiling the processing of {len(rows)} more invoice.paid events in one process -> {path}")
+    env = child_env(DATABASE_URL=db_url(database), STRIPE_API_BASE=api_base)
+    out = subprocess.run([PYTHON, "-m", "bench.event_worker", "--profile", str(path)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), "")
+    if not line:
+        raise RuntimeError(f"bench.event_worker gave no result (exit {out.returncode}): {out.stderr[-2000:]}")
+    result = json.loads(line[7:])
+    result["file"] = str(path)
+    result["ms_per_event"] = 1000 * result["wall_seconds"] / max(result["events"], 1)
+    say("restore", f"{result['events']} events in {result['wall_seconds']:.1f} s in one process "
+                   f"({result['ms_per_event']:.0f} ms each); outcomes {result['outcomes']}")
     return result
 
 
@@ -548,8 +575,11 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
         if rs["throughput_per_s"]:
             # The 99th percentile delivery waits behind 99 % of the burst, whatever the order of work.
             floor = 0.99 * rs["deliveries"] / rs["throughput_per_s"]
+            per_event_ms = 1000 * rs["celery_concurrency"] / rs["throughput_per_s"]
             row("  (info) p99 floor = 0.99 x burst / rate", f"{floor:.2f} s at {rs['throughput_per_s']:.1f} "
-                "restorations/s", "seed's release gate: 60 s", "info")
+                f"restorations/s ({per_event_ms:.0f} ms per event per worker; profiled alone: "
+                f"{rs['profile']['ms_per_event']:.0f} ms)",
+                "seed's release gate: 60 s", "info")
     sw = results.get("sweep")
     if sw:
         small, large = sw["sizes"]
