@@ -42,11 +42,10 @@ def run(database_url: str, cycle_pks: list[int], ready: Any, start: Any, seconds
         cycle_accept_transition(cycle_pk=cycle_pks[0], edge="record_evidence", expect=expects[cycle_pks[0]],
                                 cause=cause)
     queries = len(captured.captured_queries)
+    profiler = None
     if profile:  # the profiled worker also leaves the SQL of one acceptance beside its profile
         with open(profile.replace("_profile.txt", "_queries.sql"), "w") as fh:
             fh.writelines(f"-- {q['time']} s\n{q['sql']};\n" for q in captured.captured_queries)
-    profiler = None
-    if profile:
         from pyinstrument import Profiler
 
         profiler = Profiler(interval=0.001)

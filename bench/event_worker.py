@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,13 +32,12 @@ def main(argv: list[str] | None = None) -> int:
 
     pending = list(ProviderEvent.objects.filter(outcome=EventOutcome.PENDING).order_by("pk")
                    .values_list("pk", flat=True))
-    outcomes: dict[str, int] = {}
+    outcomes: Counter[str] = Counter()
     profiler = Profiler(interval=0.001)
     profiler.start()
     began = time.perf_counter()
     for pk in pending:
-        outcome = event_process(event_pk=pk)
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        outcomes[event_process(event_pk=pk)] += 1
     wall = time.perf_counter() - began
     profiler.stop()
     with open(args.profile, "w") as fh:

@@ -326,6 +326,8 @@ def phase_webhook(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
 # ---- phase 3: paid -> restored ---------------------------------------------------------------------
 
 def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
+    from django.db.models import Count
+
     from bench.loadgen import burst
     from bench.seed import seed_grace_cycles
 
@@ -369,9 +371,7 @@ def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
     CHILDREN.stop(worker, timeout=20)
     from dunning.models import ProviderEvent
 
-    outcomes: dict[str, int] = {}
-    for outcome in ProviderEvent.objects.values_list("outcome", flat=True):
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    outcomes = dict(ProviderEvent.objects.order_by().values_list("outcome").annotate(n=Count("pk")))
     connections.close_all()
     profile = profile_event_processing(url, api_base, database, held_rows)
     CHILDREN.stop(gunicorn)
@@ -470,13 +470,12 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
     tick = Ticker(tag, 5)
     stopped_at_budget = False
     while True:
+        peak = max(peak, peak_rss_kb(proc.pid))
         if budget_seconds and time.monotonic() - started > budget_seconds and proc.poll() is None:
             say(tag, f"budget of {budget_seconds / 60:.0f} min reached; stopping the worker (PARTIAL run)")
-            peak = max(peak, peak_rss_kb(proc.pid))
             CHILDREN.stop(proc)  # a killed acceptance rolls back whole; finished cycles stay RESTRICTED
             stopped_at_budget = True
             break
-        peak = max(peak, peak_rss_kb(proc.pid))
         chunk = proc.stdout.read() or b""
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")

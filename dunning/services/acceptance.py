@@ -242,8 +242,8 @@ def _record_rejection(
     evidence: Evidence, now: datetime, refusal: Refusal,
 ) -> TransitionResult:
     with transaction.atomic(durable=True):
-        cycle = DunningCycle.objects.select_related("invoice", "pending_attempt").get(pk=cycle_pk)
-        subscription = Subscription.objects.get(pk=cycle.subscription_id)
+        cycle = DunningCycle.objects.select_related("invoice", "pending_attempt", "subscription").get(pk=cycle_pk)
+        subscription = cycle.subscription
         receipt = TransitionReceipt.objects.create(
             subscription=subscription, cycle=cycle, edge=edge, accepted=False, from_state=cycle.state,
             rejection_reason=refusal.code, detail=refusal.detail, cause_kind=cause.kind, cause_ref=cause.ref,
