@@ -1,3 +1,5 @@
+from datetime import UTC, datetime
+
 import pytest
 
 from config.celery import app as celery_app
@@ -33,7 +35,10 @@ def shipped_policies(db):
 
     from dunning.services.policies import policy_publish
 
-    return {name: policy_publish(text=(Path("dunning/policies") / f"{name}.yaml").read_text())[0]
+    # Published well before any clock a test moves to, so a test's own newer release stays the
+    # newest whatever today's date is (the selection orders by published_at).
+    shipped_at = datetime(2026, 1, 1, tzinfo=UTC)
+    return {name: policy_publish(text=(Path("dunning/policies") / f"{name}.yaml").read_text(), now=shipped_at)[0]
             for name in SHIPPED_POLICIES}
 
 
