@@ -114,7 +114,8 @@ def fresh_db(phase: str) -> str:
 
 def fake_rows(n: int, tag: str) -> list[dict[str, Any]]:
     return [{"customer": f"cus_{tag}{i}", "subscription": f"sub_{tag}{i}", "invoice": f"in_{tag}{i}",
-             "amount": 2000, "currency": "usd"} for i in range(n)]
+             "amount": 2000, "currency": "usd", "attempt_count": 1, "payment_ref": f"pi_{tag}{i}",
+             "decline_code": "expired_card"} for i in range(n)]
 
 
 def now():  # noqa: ANN201

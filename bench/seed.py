@@ -4,8 +4,10 @@ One prototype subscription is taken through the real services (register → open
 cycle → record_failure → start_grace), so its rows are exactly what the product writes. The
 other subscriptions are bulk-created copies of those rows with their own provider ids (matching
 the simulator's clones), their own cycle_id, and an `outstanding_cycle_root` recomputed for
-that cycle_id, so the root and the latest snapshot stay consistent. Copies carry no receipt
-history (TransitionReceipt, MonetaryFact): the sweep and event processing do not read it.
+that cycle_id, so the root and the latest snapshot stay consistent. The prototype's failure is
+recorded with the evidence the payment_failed webhook carries (invoice mirror, PAYMENT_FAILED fact),
+and each copy gets its own copy of that fact, so a fresh fetch of an unchanged invoice finds
+nothing new, as in production. Copies carry no transition receipts: nothing here reads them.
 """
 
 from __future__ import annotations
@@ -39,6 +41,18 @@ def _root(cycle_id: uuid.UUID, generation: int) -> str:
     return hashlib.sha256(f"{cycle_id}:{generation}".encode()).hexdigest()
 
 
+def _failed_invoice(row: dict[str, Any]) -> Any:
+    """The provider's view of a row's invoice after its hard-declined renewal attempt, as the
+    payment_failed webhook would have shown it."""
+    from subscriptions.providers.base import ProviderInvoice
+
+    return ProviderInvoice(
+        id=row["invoice"], account=ACCOUNT, subscription_id=row["subscription"], customer_id=row["customer"],
+        status="open", amount_due=row["amount"], amount_paid=0, currency=row["currency"],
+        attempt_count=row["attempt_count"], next_payment_attempt=None, payment_refs=(row["payment_ref"],),
+        price_ids=(PRICE,), billing_reason="subscription_cycle", last_decline_code=row["decline_code"])
+
+
 def seed_grace_cycles(rows: list[dict[str, Any]], *, failed_at: datetime,
                       progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Subscriptions with one cycle each in GRACE_ACTIVE, grace started at `failed_at`.
@@ -46,10 +60,11 @@ def seed_grace_cycles(rows: list[dict[str, Any]], *, failed_at: datetime,
     `rows` come from the simulator (customer, subscription, invoice ids). Returns
     {"subscription_pks": [...], "cycle_pks": [...]} in the order of `rows`.
     """
-    from dunning.models import DunningCycle
+    from dunning.models import DunningCycle, MonetaryFact
     from dunning.services.acceptance import cycle_accept_transition
     from dunning.services.opening import InvoiceFacts, cycle_open_for_invoice, subscription_register
-    from dunning.services.results import Cause, Expect
+    from dunning.services.reconcile import invoice_facts, invoice_update
+    from dunning.services.results import Cause, Evidence, Expect
     from dunning.states import CycleState
     from entitlements.models import EntitlementSnapshot
     from subscriptions.models import Customer, Invoice, Subscription
@@ -68,15 +83,22 @@ def seed_grace_cycles(rows: list[dict[str, Any]], *, failed_at: datetime,
     def load() -> DunningCycle:
         return DunningCycle.objects.select_related("invoice", "subscription", "pending_attempt").get(pk=cycle.pk)
 
-    for edge, params in (("record_failure", {"decline_code": "insufficient_funds"}), ("start_grace", {})):
+    failed = _failed_invoice(first)
+    failure = Evidence(invoice=invoice_update(failed), facts=invoice_facts(failed, decline_code=first["decline_code"],
+                                                                          now=failed_at))
+    steps = (("record_failure", {"decline_code": first["decline_code"], "attempt_number": failed.attempt_count,
+                                 "provider_payment_ref": first["payment_ref"]}, failure),
+             ("start_grace", {}, None))
+    for edge, params, evidence in steps:
         result = cycle_accept_transition(cycle_pk=cycle.pk, edge=edge, expect=Expect.from_cycle(load()),
-                                         cause=cause, params=params, now=failed_at)
+                                         cause=cause, params=params, evidence=evidence, now=failed_at)
         if not result.accepted:
             raise RuntimeError(f"seeding the prototype: {edge} refused: {result.reason} {result.detail}")
     proto_cycle = load()
     proto_sub = Subscription.objects.get(pk=sub.pk)
     proto_invoice = Invoice.objects.get(pk=proto_cycle.invoice_id)
     proto_snapshots = list(EntitlementSnapshot.objects.filter(subscription=proto_sub).order_by("generation"))
+    proto_facts = list(MonetaryFact.objects.filter(invoice=proto_invoice).order_by("pk"))
     assert proto_cycle.state == CycleState.GRACE_ACTIVE, proto_cycle.state
     if _root(proto_cycle.cycle_id, proto_cycle.generation) != proto_sub.outstanding_cycle_root:
         raise RuntimeError("the bench's root formula no longer matches dunning.aggregate.outstanding_root")
@@ -104,6 +126,10 @@ def seed_grace_cycles(rows: list[dict[str, Any]], *, failed_at: datetime,
             for s, v, cid, spread in zip(subs, invoices, cycle_ids,
                                          (timedelta(seconds=(start + i) % 3600) for i in range(len(chunk))),
                                          strict=True)])
+        MonetaryFact.objects.bulk_create([
+            MonetaryFact(**_fields(fact, invoice_id=v.pk, cycle_id=c.pk, receipt_id=None, provider_ref=r["payment_ref"],
+                                   dedupe_key=fact.dedupe_key.replace(first["invoice"], r["invoice"])))
+            for c, v, r in zip(cycles, invoices, chunk, strict=True) for fact in proto_facts])
         EntitlementSnapshot.objects.bulk_create([
             EntitlementSnapshot(**_fields(snap, subscription_id=s.pk, cause_receipt_id=None))
             for s in subs for snap in proto_snapshots])

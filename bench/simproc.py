@@ -3,8 +3,8 @@
 ``python -m bench.simproc --count N --out FILE [--paid]``
 
 One prototype customer / subscription / renewal invoice is made through the simulator's own
-operations (the renewal's automatic attempt is declined, so the invoice is open with one
-attempt and a next retry). It is then cloned N times by rewriting its ids in its JSON form and
+operations (the renewal's automatic attempt is hard-declined, so the invoice is open with one
+attempt and no retry scheduled). It is then cloned N times by rewriting its ids in its JSON form and
 putting the copies straight into the store: no events, no version history, so 100k invoices
 seed in seconds. With ``--paid`` every clone's invoice is then paid by the customer through the
 simulator (``customer_pays``), and the ``invoice.paid`` events it emits are written out for the
@@ -24,11 +24,15 @@ from typing import Any
 
 from subscriptions.simulator import StripeSimulator
 
+DECLINE = "expired_card"
+
 
 def seed(sim: StripeSimulator, count: int, *, price: str, amount: int) -> list[dict[str, Any]]:
     cus = sim.create_customer("prototype@bench.invalid", "ok")
     sub = sim.create_subscription(cus, price, amount=amount)
-    sim.set_card(cus, "insufficient_funds")
+    # A hard decline: the provider schedules no retry, so the cycle's grace runs out with nothing
+    # pending at the provider (what a due grace cycle under provider retries looks like).
+    sim.set_card(cus, DECLINE)
     inv_id = sim.create_renewal_invoice(sub)
     sim.provider_attempt(inv_id)
     rows: list[dict[str, Any]] = []
@@ -54,7 +58,8 @@ def seed(sim: StripeSimulator, count: int, *, price: str, amount: int) -> list[d
             c, s, v = objs[0], objs[1], objs[2]
             store.invoice_payment_index[v["payments"][0]["id"]] = v["id"]
             rows.append({"customer": c["id"], "subscription": s["id"], "invoice": v["id"],
-                         "amount": v["amount_due"], "currency": v["currency"]})
+                         "amount": v["amount_due"], "currency": v["currency"], "attempt_count": v["attempt_count"],
+                         "payment_ref": new[pi["id"]], "decline_code": DECLINE})
         store.events.clear()
         store.events_by_id.clear()
         sim.outbox.clear()

@@ -17,7 +17,7 @@ from django.conf import settings
 from dunning.clock import trusted_now
 from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
 from dunning.models import DunningCycle, DunningPolicy
-from dunning.policy_cache import policy_spec
+from dunning.policy_cache import deferred_policy, policy_spec
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.fresh import invoice_fetch_fresh, receipt_evidence
 from dunning.services.guards import active_incident
@@ -33,7 +33,8 @@ CLAIM = "cycle"  # one namespace: two jobs never work on the same cycle at once
 
 
 def _load(pk: int) -> DunningCycle:
-    return DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt").get(pk=pk)
+    return (DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt")
+            .defer(*deferred_policy("policy")).get(pk=pk))
 
 
 def _ask(run: JobReport, cycle: DunningCycle, edge: str, evidence: Evidence | None = None, *,
@@ -97,7 +98,9 @@ def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: AN
     results = cycle_reconcile_with_invoice(cycle_pk=cycle.pk, inv=inv, receipt=receipt, decline_code="",
                                            cause=Cause.job(run.job), now=at)
     run.changed += sum(1 for r in results if r.accepted and r.edge != "record_evidence")
-    return inv, receipt, _load(cycle.pk), at
+    # Nothing accepted here: act on the row as read; had another writer moved it since, the next
+    # acceptance's compare-and-set refuses it as stale.
+    return inv, receipt, _load(cycle.pk) if any(r.accepted for r in results) else cycle, at
 
 
 @dataclass(frozen=True)
@@ -129,11 +132,14 @@ def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation) -> N
     if fresh is None:
         return
     inv, receipt, cycle, at = fresh
-    for state, edge, cites in (step.first, step.second):
-        if cycle.state == state:
-            if not _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at):
-                return
-            cycle = _load(pk)
+    if cycle.state == step.first[0]:
+        _, edge, cites = step.first
+        if not _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at):
+            return
+        cycle = _load(pk)
+    if cycle.state == step.second[0]:
+        _, edge, cites = step.second
+        _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at)
 
 
 def _check_overdue_provider_retries(run: JobReport) -> None:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from dunning.models import DunningCycle, FactKind, MonetaryFact, ProviderReceipt
-from dunning.policy_cache import policy_spec
+from dunning.policy_cache import deferred_policy, policy_spec
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.results import Cause, Evidence, Expect, FactSpec, InvoiceUpdate, TransitionResult
 from dunning.states import NO_RETRY_CLASSES, CycleState, FailureClass
@@ -110,8 +110,8 @@ def cycle_reconcile_with_invoice(
     evidence = Evidence(receipt=receipt, invoice=invoice_update(inv), facts=facts)
     results: list[TransitionResult] = []
     for _ in range(MAX_STEPS):
-        cycle = DunningCycle.objects.select_related("invoice", "policy", "subscription", "pending_attempt").get(
-            pk=cycle_pk)
+        cycle = (DunningCycle.objects.select_related("invoice", "policy", "subscription", "pending_attempt")
+                 .defer(*deferred_policy("policy")).get(pk=cycle_pk))
         step = plan_next_step(cycle, inv, decline_code=decline_code, facts=facts)
         if step is None:
             break
