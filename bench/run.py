@@ -307,7 +307,7 @@ def webhook_run(args: argparse.Namespace, redis: RedisDb, database: str, *, per_
         "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"] if out["wall"] else 0.0,
         "p50_ms": percentile(from_due, 50), "p99_ms": percentile(from_due, 99), "max_ms": max(from_due),
         "p50_ms_from_send": percentile(from_send, 50), "p99_ms_from_send": percentile(from_send, 99),
-        "events_stored": stored, "tasks_on_broker": queued,
+        "events_stored": stored, "tasks_on_broker": queued, "latencies_ms": [round(v, 3) for v in from_due],
     }
     say(label, f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, {result['achieved_per_s']:.0f}/s, "
                f"{result['errors']} errors; {stored} events stored, {queued} tasks on the broker")
@@ -386,6 +386,7 @@ def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
         "p50_s": percentile(lat, 50), "p90_s": percentile(lat, 90), "p99_s": percentile(lat, 99),
         "max_s": max(lat) if lat else None, "min_s": min(lat) if lat else None,
         "celery_concurrency": args.celery_concurrency, "event_outcomes": outcomes, "profile": profile,
+        "latencies_s": [round(v, 4) for v in lat],
     }
     if len(restored) < n:
         result["p99_s"] = None  # incomplete: not every subscription was restored before the timeout
@@ -470,6 +471,7 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
     buffer = b""
     tick = Ticker(tag, 5)
     stopped_at_budget = False
+    trace: list[tuple[float, int, int]] = []  # (seconds, cycles examined, peak RSS MB so far)
     while True:
         peak = max(peak, peak_rss_kb(proc.pid))
         if budget_seconds and time.monotonic() - started > budget_seconds and proc.poll() is None:
@@ -485,7 +487,11 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
             if text.startswith("RESULT "):
                 result = json.loads(text[7:])
             elif text.startswith("PROGRESS "):
-                tick(text[9:] + f" ({time.monotonic() - started:.0f} s, RSS {peak // 1024} MB)")
+                elapsed = time.monotonic() - started
+                tick(text[9:] + f" ({elapsed:.0f} s, RSS {peak // 1024} MB)")
+                examined = re.search(r"(\d+) examined", text)
+                if examined:
+                    trace.append((round(elapsed, 2), int(examined.group(1)), peak // 1024))
         if proc.poll() is not None and not chunk:
             break
         time.sleep(0.25)
@@ -508,7 +514,7 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
                   "extrapolated_wall_seconds": wall_outside * size / done if done else None}
     result.update({"size": size, "process_wall_seconds": wall_outside, "polled_peak_rss_kb": peak,
                    "states_after": states, "explain": plans, "done": done,
-                   "per_cycle_ms": 1000 * result["wall_seconds"] / max(done, 1),
+                   "per_cycle_ms": 1000 * result["wall_seconds"] / max(done, 1), "trace": trace,
                    "all_restricted": done == size})
     say(tag, f"{done}/{size} cycles restricted: {result['wall_seconds']:.1f} s ({result['per_cycle_ms']:.1f} "
              f"ms/cycle), peak RSS {result['ru_maxrss_kb'] / 1024:.0f} MB, states {states}, job {result['status']}")
@@ -673,7 +679,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\npyinstrument profile of a {sweep['profile']['size']}-cycle sweep: {sweep['profile']['file']}")
     if results["table"]:
         print_table(results["table"])
-    print(f"\nresults: {args.out}\ncommand: {command}")
+    from bench.plots import draw
+
+    drawn = draw(results, Path(args.out).with_suffix(".png"))
+    print(f"\nresults: {args.out}" + (f"\nplot: {drawn}" if drawn else "") + f"\ncommand: {command}")
     if args.smoke and code == 0:
         print("smoke: every phase ran end to end (targets not judged at smoke sizes)")
     return code
