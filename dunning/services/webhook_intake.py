@@ -58,15 +58,18 @@ def webhook_receive(
     problem = _malformed_event(event)
     if problem:
         return _reject(delivery, 400, "MALFORMED_EVENT", problem)
-    row, created = _inbox_insert(provider_name, event, now)
-    delivery.verification = Verification.VERIFIED
-    delivery.claimed_event_id = event["id"]
-    delivery.event = row
-    delivery.duplicate = not created
-    delivery.http_status = 200
-    delivery.save(update_fields=["verification", "claimed_event_id", "event", "duplicate", "http_status"])
-    if created:
-        transaction.on_commit(lambda: _enqueue(row.pk))
+    # The raw delivery is already committed; the inbox row and the delivery's verdict commit
+    # together (one commit fewer per delivery) and the hand-off waits for that commit.
+    with transaction.atomic():
+        row, created = _inbox_insert(provider_name, event, now)
+        delivery.verification = Verification.VERIFIED
+        delivery.claimed_event_id = event["id"]
+        delivery.event = row
+        delivery.duplicate = not created
+        delivery.http_status = 200
+        delivery.save(update_fields=["verification", "claimed_event_id", "event", "duplicate", "http_status"])
+        if created:
+            transaction.on_commit(lambda: _enqueue(row.pk))
     return IntakeOutcome(200, "DUPLICATE" if not created else "RECEIVED",
                          body={"received": True, "event": event["id"], "duplicate": not created})
 
