@@ -579,10 +579,12 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
             f"incomplete: {rs['restored']}/{rs['deliveries']} restored", "p99 < 1 s",
             judge(p99, p99 is not None and p99 < 1.0, smoke))
         if rs["throughput_per_s"]:
-            # The 99th percentile delivery waits behind 99 % of the burst, whatever the order of work.
-            floor = 0.99 * rs["deliveries"] / rs["throughput_per_s"]
+            # Whatever the order of work, the 99th-percentile restoration comes after 99 % of the
+            # burst was processed, and its delivery was sent at the latest when the burst was.
+            floor = max(0.0, 0.99 * rs["deliveries"] / rs["throughput_per_s"] - rs["burst_send_seconds"])
             per_event_ms = 1000 * rs["celery_concurrency"] / rs["throughput_per_s"]
-            row("  (info) p99 floor = 0.99 x burst / rate", f"{floor:.2f} s at {rs['throughput_per_s']:.1f} "
+            row("  (info) p99 floor = 0.99 x burst / rate - send time",
+                f"{floor:.2f} s at {rs['throughput_per_s']:.1f} "
                 f"restorations/s ({per_event_ms:.0f} ms per event per worker; profiled alone: "
                 f"{rs['profile']['ms_per_event']:.0f} ms)",
                 "seed's release gate: 60 s", "info")
