@@ -199,3 +199,27 @@ def test_a_long_sweep_whose_now_fell_behind_the_clock_still_restricts(in_grace, 
     run = job_run("grace_expiry", now=started)
     assert cycle_of(invoice_id).state == "RESTRICTED", run.detail
     assert run.refused == 0
+
+
+def test_a_payment_processed_while_the_sweep_fetches_leaves_no_refusal(in_grace, time_machine, sim, monkeypatch):
+    """The customer pays, the sweep's fetch sees it, and the paid webhook recovers the cycle
+    before the sweep acts: the sweep must act on the cycle as it is now (nothing left to do),
+    not try a restriction on its earlier read and leave a refusal on a customer who paid."""
+    from dunning.jobs import cycle_jobs
+
+    customer, invoice_id, cycle = in_grace
+    time_machine.move_to(cycle.grace_expires_at + timedelta(minutes=1), tick=True)
+    fetch = cycle_jobs.invoice_fetch_fresh
+
+    def fetch_then_the_webhook_lands(fetched_cycle):  # noqa: ANN001, ANN202
+        sim.set_card(customer, "ok")
+        sim.customer_pays(invoice_id)
+        fetched = fetch(fetched_cycle)
+        sim.deliver_all()
+        return fetched
+
+    monkeypatch.setattr(cycle_jobs, "invoice_fetch_fresh", fetch_then_the_webhook_lands)
+    run = job_run("grace_expiry")
+    cycle = cycle_of(invoice_id)
+    assert cycle.state == "RECOVERED" and cycle.subscription.entitlement_profile == "FULL"
+    assert edges(cycle, accepted=False) == [] and run.refused == 0, run.detail

@@ -17,24 +17,19 @@ from django.conf import settings
 from dunning.clock import trusted_now
 from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
 from dunning.models import DunningCycle, DunningPolicy
-from dunning.policy_cache import deferred_policy, policy_spec
+from dunning.policy_cache import policy_spec
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.fresh import invoice_fetch_fresh, receipt_evidence
 from dunning.services.guards import active_incident
 from dunning.services.local_retry import retry_dispatch, retry_resolve
 from dunning.services.ownership import unknown_owner_pick
-from dunning.services.reconcile import cycle_reconcile_with_invoice
+from dunning.services.reconcile import cycle_read, reconcile_and_read
 from dunning.services.results import Cause, Evidence, Expect, TransitionResult
 from dunning.states import NO_RETRY_CLASSES, CycleState
 from subscriptions.providers.base import ProviderError
 
 S = CycleState
 CLAIM = "cycle"  # one namespace: two jobs never work on the same cycle at once
-
-
-def _load(pk: int) -> DunningCycle:
-    return (DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt")
-            .defer(*deferred_policy("policy")).get(pk=pk))
 
 
 def _ask(run: JobReport, cycle: DunningCycle, edge: str, evidence: Evidence | None = None, *,
@@ -55,7 +50,7 @@ def _each_claimed(run: JobReport, queryset, due_field: str):  # noqa: ANN001, AN
         run.tick()
         with claim(CLAIM, pk) as got:
             if got:
-                yield _load(pk)
+                yield cycle_read(pk)
 
 
 # --- grace expiry and restriction -------------------------------------------------------------
@@ -82,8 +77,8 @@ def restriction(run: JobReport) -> None:
 
 def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: ANN202
     """Fetch the invoice and let the evidence move the cycle first (paid → RECOVERED, void →
-    CLOSED_VOID). Returns (invoice, receipt, reloaded cycle, the time to act at) or None when the
-    fetch failed.
+    CLOSED_VOID). Returns (invoice, receipt, the cycle as read after the evidence was applied,
+    the time to act at) or None when the fetch failed.
 
     A long sweep's `now` falls behind the clock that stamps receipts; acting at the later of the
     two keeps a receipt fetched a moment ago fresh. It never acts earlier than the run's `now`, so
@@ -95,12 +90,11 @@ def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: AN
         run.note(f"cycle {cycle.cycle_id}: fetch failed, nothing changed, retried next run: {exc}")
         return None
     at = max(run.now, trusted_now())
-    results = cycle_reconcile_with_invoice(cycle_pk=cycle.pk, inv=inv, receipt=receipt, decline_code="",
-                                           cause=Cause.job(run.job), now=at)
+    results, current = reconcile_and_read(cycle_pk=cycle.pk, inv=inv, receipt=receipt, decline_code="",
+                                          cause=Cause.job(run.job), now=at)
     run.changed += sum(1 for r in results if r.accepted and r.edge != "record_evidence")
-    # Nothing accepted here: act on the row as read; had another writer moved it since, the next
-    # acceptance's compare-and-set refuses it as stale.
-    return inv, receipt, _load(cycle.pk) if any(r.accepted for r in results) else cycle, at
+    # Not the row read before the fetch: a webhook may have moved the cycle meanwhile.
+    return inv, receipt, (current or cycle_read(cycle.pk)), at
 
 
 @dataclass(frozen=True)
@@ -120,7 +114,7 @@ CANCEL = Escalation("cancellation", (S.RESTRICTED, "request_cancellation", False
 
 
 def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation) -> None:
-    cycle = _load(pk)
+    cycle = cycle_read(pk)
     if cycle.state not in (step.first[0], step.second[0]):
         return
     incident = active_incident(cycle.subscription.cohort)
@@ -136,8 +130,8 @@ def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation) -> N
         _, edge, cites = step.first
         if not _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at):
             return
-        cycle = _load(pk)
-    if cycle.state == step.second[0]:
+        cycle = cycle_read(pk)
+    if cycle.state == step.second[0]:  # the last step: nothing reads the cycle after it
         _, edge, cites = step.second
         _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at)
 

@@ -101,23 +101,40 @@ def plan_next_step(cycle: DunningCycle, inv: ProviderInvoice, *, decline_code: s
     return Step("record_evidence") if _mirror_differs(cycle, inv, facts) else None
 
 
+def cycle_read(cycle_pk: int) -> DunningCycle:
+    """A cycle with what deciding its next step reads (invoice, policy, subscription, pending
+    attempt); the policy's document stays deferred, its spec comes from the cache."""
+    return (DunningCycle.objects.select_related("invoice", "policy", "subscription", "pending_attempt")
+            .defer(*deferred_policy("policy")).get(pk=cycle_pk))
+
+
 def cycle_reconcile_with_invoice(
     *, cycle_pk: int, inv: ProviderInvoice, receipt: ProviderReceipt, decline_code: str, cause: Cause,
     now: datetime, extra_facts: tuple[FactSpec, ...] = (),
 ) -> list[TransitionResult]:
     """Walk the cycle towards what the receipt shows, one accepted edge at a time."""
+    return reconcile_and_read(cycle_pk=cycle_pk, inv=inv, receipt=receipt, decline_code=decline_code, cause=cause,
+                              now=now, extra_facts=extra_facts)[0]
+
+
+def reconcile_and_read(
+    *, cycle_pk: int, inv: ProviderInvoice, receipt: ProviderReceipt, decline_code: str, cause: Cause,
+    now: datetime, extra_facts: tuple[FactSpec, ...] = (),
+) -> tuple[list[TransitionResult], DunningCycle | None]:
+    """`cycle_reconcile_with_invoice`, also returning the cycle as last read when nothing was
+    accepted after that read (a refusal writes nothing to the cycle), so a caller acting next
+    need not read it again; None when the last step was accepted."""
     facts = invoice_facts(inv, decline_code=decline_code, now=now) + extra_facts
     evidence = Evidence(receipt=receipt, invoice=invoice_update(inv), facts=facts)
     results: list[TransitionResult] = []
     for _ in range(MAX_STEPS):
-        cycle = (DunningCycle.objects.select_related("invoice", "policy", "subscription", "pending_attempt")
-                 .defer(*deferred_policy("policy")).get(pk=cycle_pk))
+        cycle = cycle_read(cycle_pk)
         step = plan_next_step(cycle, inv, decline_code=decline_code, facts=facts)
         if step is None:
-            break
+            return results, cycle
         result = cycle_accept_transition(cycle_pk=cycle_pk, edge=step.edge, expect=Expect.from_cycle(cycle),
                                          cause=cause, evidence=evidence, params=step.params, now=now)
         results.append(result)
         if not result.accepted and result.reason not in STALE:
-            break
-    return results
+            return results, cycle
+    return results, None
