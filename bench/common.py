@@ -27,6 +27,8 @@ DB_PREFIX = "bench_dunning"
 SECRET = "whsec_bench"
 ACCOUNT = "acct_demo"
 PRICE = "price_monthly_pro"
+# The renewal decline seeded everywhere: hard, so the provider schedules no retry and grace runs out.
+HARD_DECLINE = "expired_card"
 _T0 = time.monotonic()
 
 

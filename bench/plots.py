@@ -1,4 +1,4 @@
-"""One picture of a bench run (``var/bench/bench.png``): the latency distributions and the
+"""One picture of a bench run (``var/bench/results.png``, beside the JSON): the latency distributions and the
 sweep's progress are easier to judge drawn than as three percentiles.
 
 Panels, each with its target drawn in:
@@ -40,9 +40,12 @@ def draw(results: dict[str, Any], path: Path) -> Path | None:
     panels = [name for name in ("accept", "webhook", "restore", "sweep") if results.get(name)]
     if not panels:
         return None
+    drawers = {"accept": _accept, "webhook": _webhook, "restore": _restore, "sweep": _sweep}
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, name in zip(axes[0], panels, strict=True):
-        globals()[f"_{name}"](ax, results[name])
+        drawers[name](ax, results[name])
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left" if name == "sweep" else "best")
     title = results.get("command", "python -m bench")
     fig.suptitle(f"{title}  ({results.get('started_at', '')}, {results.get('cpus')} CPUs)", fontsize=9)
     fig.tight_layout()
@@ -63,7 +66,6 @@ def _accept(ax: Any, acc: dict[str, Any]) -> None:
     ax.set_xticks(list(xs), [f"{r['clients']} client(s)" for r in runs])
     ax.set_ylabel("transactions / s")
     ax.set_title("acceptance throughput", fontsize=10)
-    ax.legend(fontsize=7)
 
 
 def _webhook(ax: Any, wh: dict[str, Any]) -> None:
@@ -76,7 +78,6 @@ def _webhook(ax: Any, wh: dict[str, Any]) -> None:
     ax.set_xlabel("ms from due time")
     ax.set_ylabel("fraction of deliveries")
     ax.set_title(f"webhook latency at {wh['offered_rate']:.0f}/s", fontsize=10)
-    ax.legend(fontsize=7)
 
 
 def _restore(ax: Any, rs: dict[str, Any]) -> None:
@@ -89,7 +90,6 @@ def _restore(ax: Any, rs: dict[str, Any]) -> None:
     ax.set_xlabel("s from delivery to the FULL snapshot")
     ax.set_ylabel("fraction of subscriptions")
     ax.set_title(f"paid → FULL, burst of {rs['deliveries']}", fontsize=10)
-    ax.legend(fontsize=7)
 
 
 def _sweep(ax: Any, sw: dict[str, Any]) -> None:
@@ -106,10 +106,11 @@ def _sweep(ax: Any, sw: dict[str, Any]) -> None:
         rss_ax.plot([t[0] * scale for t in trace], [t[2] for t in trace], linestyle=":", linewidth=1,
                     color=line.get_color())
     rss_ax.axhline(300, linestyle="--", linewidth=1, color="grey")
-    rss_ax.set_ylabel("worker RSS, MB (dotted; target < 300)")
+    rss_ax.set_ylabel("worker peak RSS so far, MB (dotted; target < 300)")
     rss_ax.set_ylim(bottom=0)
     ax.set_xlabel(f"seconds, scaled to {small} cycles")
     ax.set_ylabel(f"cycles examined, scaled to {small}")
     ratio = f"ratio {sw['ratio']:.2f}" if sw.get("ratio") else ""
+    if sw.get("partial"):
+        ratio += " (extrapolated)"
     ax.set_title(f"grace sweep {small} / {large}: {ratio} (target ≤ {sw['ratio_target']:.1f})", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left")

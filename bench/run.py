@@ -19,6 +19,7 @@ from bench.common import (
     ACCOUNT,
     CHILDREN,
     DB_PREFIX,
+    HARD_DECLINE,
     PG_HOST,
     PG_PORT,
     PG_USER,
@@ -115,7 +116,7 @@ def fresh_db(phase: str) -> str:
 def fake_rows(n: int, tag: str) -> list[dict[str, Any]]:
     return [{"customer": f"cus_{tag}{i}", "subscription": f"sub_{tag}{i}", "invoice": f"in_{tag}{i}",
              "amount": 2000, "currency": "usd", "attempt_count": 1, "payment_ref": f"pi_{tag}{i}",
-             "decline_code": "expired_card"} for i in range(n)]
+             "decline_code": HARD_DECLINE} for i in range(n)]
 
 
 def now():  # noqa: ANN201
@@ -496,6 +497,7 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
             break
         time.sleep(0.25)
     wall_outside = time.monotonic() - started
+    trace.insert(0, (0.0, 0, 0))
     CHILDREN.stop(proc)
     CHILDREN.stop(sim)
     if not result and not stopped_at_budget:
@@ -514,7 +516,8 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
                   "extrapolated_wall_seconds": wall_outside * size / done if done else None}
     result.update({"size": size, "process_wall_seconds": wall_outside, "polled_peak_rss_kb": peak,
                    "states_after": states, "explain": plans, "done": done,
-                   "per_cycle_ms": 1000 * result["wall_seconds"] / max(done, 1), "trace": trace,
+                   "per_cycle_ms": 1000 * result["wall_seconds"] / max(done, 1),
+                   "trace": [*trace, (round(wall_outside, 2), done, peak // 1024)],
                    "all_restricted": done == size})
     say(tag, f"{done}/{size} cycles restricted: {result['wall_seconds']:.1f} s ({result['per_cycle_ms']:.1f} "
              f"ms/cycle), peak RSS {result['ru_maxrss_kb'] / 1024:.0f} MB, states {states}, job {result['status']}")
@@ -619,6 +622,17 @@ def print_table(rows: list[dict[str, str]]) -> None:
         print("  ".join(r[k].ljust(widths[k]) for k in widths))
 
 
+def plot(results: dict[str, Any], path: Path) -> str:
+    """The picture is a convenience: a plotting failure must not fail a finished run."""
+    from bench.plots import draw
+
+    try:
+        drawn = draw(results, path)
+    except Exception as exc:  # noqa: BLE001
+        return f"not drawn: {exc!r}"
+    return str(drawn) if drawn else "not drawn (matplotlib missing, or no phase ran)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -681,10 +695,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\npyinstrument profile of a {sweep['profile']['size']}-cycle sweep: {sweep['profile']['file']}")
     if results["table"]:
         print_table(results["table"])
-    from bench.plots import draw
-
-    drawn = draw(results, Path(args.out).with_suffix(".png"))
-    print(f"\nresults: {args.out}" + (f"\nplot: {drawn}" if drawn else "") + f"\ncommand: {command}")
+    print(f"\nresults: {args.out}\nplot: {plot(results, Path(args.out).with_suffix('.png'))}\ncommand: {command}")
     if args.smoke and code == 0:
         print("smoke: every phase ran end to end (targets not judged at smoke sizes)")
     return code

@@ -6,8 +6,10 @@ other subscriptions are bulk-created copies of those rows with their own provide
 the simulator's clones), their own cycle_id, and an `outstanding_cycle_root` recomputed for
 that cycle_id, so the root and the latest snapshot stay consistent. The prototype's failure is
 recorded with the evidence the payment_failed webhook carries (invoice mirror, PAYMENT_FAILED fact),
-and each copy gets its own copy of that fact, so a fresh fetch of an unchanged invoice finds
-nothing new, as in production. Copies carry no transition receipts: nothing here reads them.
+and each copy gets the same fact derived from its own invoice, so a fresh fetch of an unchanged
+invoice finds nothing new, as in production. Unlike production, copies have no transition
+receipts, no provider receipt behind their fact and no payment attempt row: the sweep and event
+processing do not read them.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.common import ACCOUNT, PRICE
+
+if TYPE_CHECKING:  # Django is set up by the caller; nothing here imports it at module level
+    from subscriptions.providers.base import ProviderInvoice
 
 BATCH = 2000
 
@@ -41,7 +46,7 @@ def _root(cycle_id: uuid.UUID, generation: int) -> str:
     return hashlib.sha256(f"{cycle_id}:{generation}".encode()).hexdigest()
 
 
-def _failed_invoice(row: dict[str, Any]) -> Any:
+def _failed_invoice(row: dict[str, Any]) -> ProviderInvoice:
     """The provider's view of a row's invoice after its hard-declined renewal attempt, as the
     payment_failed webhook would have shown it."""
     from subscriptions.providers.base import ProviderInvoice
@@ -98,7 +103,6 @@ def seed_grace_cycles(rows: list[dict[str, Any]], *, failed_at: datetime,
     proto_sub = Subscription.objects.get(pk=sub.pk)
     proto_invoice = Invoice.objects.get(pk=proto_cycle.invoice_id)
     proto_snapshots = list(EntitlementSnapshot.objects.filter(subscription=proto_sub).order_by("generation"))
-    proto_facts = list(MonetaryFact.objects.filter(invoice=proto_invoice).order_by("pk"))
     assert proto_cycle.state == CycleState.GRACE_ACTIVE, proto_cycle.state
     if _root(proto_cycle.cycle_id, proto_cycle.generation) != proto_sub.outstanding_cycle_root:
         raise RuntimeError("the bench's root formula no longer matches dunning.aggregate.outstanding_root")
@@ -126,10 +130,13 @@ def seed_grace_cycles(rows: list[dict[str, Any]], *, failed_at: datetime,
             for s, v, cid, spread in zip(subs, invoices, cycle_ids,
                                          (timedelta(seconds=(start + i) % 3600) for i in range(len(chunk))),
                                          strict=True)])
+        # Each copy's facts are derived from its own invoice, with the keys a fresh fetch computes.
         MonetaryFact.objects.bulk_create([
-            MonetaryFact(**_fields(fact, invoice_id=v.pk, cycle_id=c.pk, receipt_id=None, provider_ref=r["payment_ref"],
-                                   dedupe_key=fact.dedupe_key.replace(first["invoice"], r["invoice"])))
-            for c, v, r in zip(cycles, invoices, chunk, strict=True) for fact in proto_facts])
+            MonetaryFact(kind=f.kind, invoice_id=v.pk, cycle_id=c.pk, amount=f.amount, currency=f.currency,
+                         provider_ref=f.provider_ref, decline_code=f.decline_code, dedupe_key=f.dedupe_key,
+                         occurred_at=f.occurred_at, recorded_at=failed_at)
+            for c, v, r in zip(cycles, invoices, chunk, strict=True)
+            for f in invoice_facts(_failed_invoice(r), decline_code=r["decline_code"], now=failed_at)])
         EntitlementSnapshot.objects.bulk_create([
             EntitlementSnapshot(**_fields(snap, subscription_id=s.pk, cause_receipt_id=None))
             for s in subs for snap in proto_snapshots])

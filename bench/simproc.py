@@ -22,16 +22,13 @@ import threading
 import time
 from typing import Any
 
+from bench.common import HARD_DECLINE as DECLINE
 from subscriptions.simulator import StripeSimulator
-
-DECLINE = "expired_card"
 
 
 def seed(sim: StripeSimulator, count: int, *, price: str, amount: int) -> list[dict[str, Any]]:
     cus = sim.create_customer("prototype@bench.invalid", "ok")
     sub = sim.create_subscription(cus, price, amount=amount)
-    # A hard decline: the provider schedules no retry, so the cycle's grace runs out with nothing
-    # pending at the provider (what a due grace cycle under provider retries looks like).
     sim.set_card(cus, DECLINE)
     inv_id = sim.create_renewal_invoice(sub)
     sim.provider_attempt(inv_id)
