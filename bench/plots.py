@@ -41,7 +41,7 @@ def draw(results: dict[str, Any], path: Path) -> Path | None:
     if not panels:
         return None
     drawers = {"accept": _accept, "webhook": _webhook, "restore": _restore, "sweep": _sweep}
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(7, 5 * len(panels)), 4.5), squeeze=False)
     for ax, name in zip(axes[0], panels, strict=True):
         drawers[name](ax, results[name])
         if ax.get_legend_handles_labels()[0]:
