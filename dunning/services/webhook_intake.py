@@ -58,8 +58,9 @@ def webhook_receive(
     problem = _malformed_event(event)
     if problem:
         return _reject(delivery, 400, "MALFORMED_EVENT", problem)
-    # The raw delivery is already committed; the inbox row and the delivery's verdict commit
-    # together (one commit fewer per delivery) and the hand-off waits for that commit.
+    # The raw delivery is kept whatever happens next. The inbox row and the delivery's verdict
+    # commit together, so a crash cannot leave them disagreeing (and a new event costs one commit
+    # fewer); the hand-off waits for that commit.
     with transaction.atomic():
         row, created = _inbox_insert(provider_name, event, now)
         delivery.verification = Verification.VERIFIED
