@@ -19,11 +19,12 @@ from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
 from dunning.models import DunningCycle, DunningPolicy
 from dunning.policy_cache import policy_spec
 from dunning.services.acceptance import cycle_accept_transition
+from dunning.services.cycle_reads import cycle_read
 from dunning.services.fresh import invoice_fetch_fresh, receipt_evidence
 from dunning.services.guards import active_incident
 from dunning.services.local_retry import retry_dispatch, retry_resolve
 from dunning.services.ownership import unknown_owner_pick
-from dunning.services.reconcile import cycle_read, reconcile_and_read
+from dunning.services.reconcile import reconcile_and_read
 from dunning.services.results import Cause, Evidence, Expect, TransitionResult
 from dunning.states import NO_RETRY_CLASSES, CycleState
 from subscriptions.providers.base import ProviderError
@@ -126,14 +127,12 @@ def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation) -> N
     if fresh is None:
         return
     inv, receipt, cycle, at = fresh
-    if cycle.state == step.first[0]:
-        _, edge, cites = step.first
-        if not _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at):
-            return
-        cycle = cycle_read(pk)
-    if cycle.state == step.second[0]:  # the last step: nothing reads the cycle after it
-        _, edge, cites = step.second
-        _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at)
+    for state, edge, cites in (step.first, step.second):
+        if cycle.state == state:
+            asked = _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at)
+            if not asked or state == step.second[0]:
+                return
+            cycle = cycle_read(pk)  # the second step is decided on the row the first one left
 
 
 def _check_overdue_provider_retries(run: JobReport) -> None:

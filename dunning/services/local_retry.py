@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, FactKind, PaymentAttempt
 from dunning.services.acceptance import cycle_accept_transition
+from dunning.services.cycle_reads import cycle_read
 from dunning.services.receipts import receipt_record
 from dunning.services.reconcile import invoice_facts, invoice_update
 from dunning.services.results import Cause, Evidence, Expect, FactSpec, TransitionResult
@@ -42,13 +43,9 @@ class RetryOutcome:
     code: str = ""  # why a REFUSED outcome was refused, as a stable code
 
 
-def _load(cycle_pk: int) -> DunningCycle:
-    return DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt").get(pk=cycle_pk)
-
-
 def _accept(out: RetryOutcome, cycle_pk: int, edge: str, cause: Cause, now: datetime,
             evidence: Evidence | None = None, **params: object) -> TransitionResult:
-    cycle = _load(cycle_pk)
+    cycle = cycle_read(cycle_pk)
     result = cycle_accept_transition(cycle_pk=cycle_pk, edge=edge, expect=Expect.from_cycle(cycle), cause=cause,
                                      evidence=evidence, params=params, now=now)
     out.results.append(result)
@@ -61,7 +58,7 @@ def retry_dispatch(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
     now = now or trusted_now()
     provider = provider or get_provider()
     out = RetryOutcome("REFUSED")
-    cycle = _load(cycle_pk)
+    cycle = cycle_read(cycle_pk)
     if cycle.state in (S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN):
         return retry_resolve(cycle_pk=cycle_pk, cause=cause, now=now, provider=provider)
     if cycle.state != S.RETRY_SCHEDULED:
@@ -76,7 +73,7 @@ def retry_dispatch(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
     if not dispatched.accepted:
         out.detail = dispatched.reason
         return out
-    return _send(out, _load(cycle_pk), cause, now, provider)
+    return _send(out, cycle_read(cycle_pk), cause, now, provider)
 
 
 def retry_resolve(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
@@ -85,7 +82,7 @@ def retry_resolve(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
     now = now or trusted_now()
     provider = provider or get_provider()
     out = RetryOutcome("UNKNOWN")
-    cycle = _load(cycle_pk)
+    cycle = cycle_read(cycle_pk)
     attempt = cycle.pending_attempt
     if cycle.state not in (S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN) or attempt is None:
         return RetryOutcome("REFUSED", f"nothing to resolve (cycle is {cycle.state})")

@@ -12,8 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from dunning.models import DunningCycle, FactKind, MonetaryFact, ProviderReceipt
-from dunning.policy_cache import deferred_policy, policy_spec
+from dunning.policy_cache import policy_spec
 from dunning.services.acceptance import cycle_accept_transition
+from dunning.services.cycle_reads import cycle_read
 from dunning.services.results import Cause, Evidence, Expect, FactSpec, InvoiceUpdate, TransitionResult
 from dunning.states import NO_RETRY_CLASSES, CycleState, FailureClass
 from subscriptions.providers.base import ProviderInvoice
@@ -99,13 +100,6 @@ def plan_next_step(cycle: DunningCycle, inv: ProviderInvoice, *, decline_code: s
                 and inv.next_payment_attempt != cycle.next_attempt_at):
             return Step("reschedule_retry", {"next_attempt_at": inv.next_payment_attempt})
     return Step("record_evidence") if _mirror_differs(cycle, inv, facts) else None
-
-
-def cycle_read(cycle_pk: int) -> DunningCycle:
-    """A cycle with what deciding its next step reads (invoice, policy, subscription, pending
-    attempt); the policy's document stays deferred, its spec comes from the cache."""
-    return (DunningCycle.objects.select_related("invoice", "policy", "subscription", "pending_attempt")
-            .defer(*deferred_policy("policy")).get(pk=cycle_pk))
 
 
 def cycle_reconcile_with_invoice(

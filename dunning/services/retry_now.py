@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from dunning.clock import trusted_now
-from dunning.models import DunningCycle
 from dunning.policy_cache import policy_spec
 from dunning.services.acceptance import cycle_accept_transition
+from dunning.services.cycle_reads import cycle_read
 from dunning.services.local_retry import RetryOutcome, retry_dispatch
 from dunning.services.results import Cause, Expect
 from dunning.states import PENDING_ATTEMPT_STATES, CycleState
@@ -35,8 +35,7 @@ REFUSAL_TEXT: dict[str, str] = {
 def cycle_retry_now(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
                     provider: PaymentProvider | None = None) -> RetryOutcome:
     now = now or trusted_now()
-    cycle = DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt").get(
-        pk=cycle_pk)
+    cycle = cycle_read(cycle_pk)
     pending = cycle.pending_attempt
     if cycle.state in (S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN) or (
             pending is not None and pending.state in PENDING_ATTEMPT_STATES):

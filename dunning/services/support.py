@@ -14,6 +14,7 @@ from typing import Any
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, IncidentSwitch, ProviderReceipt
 from dunning.services.acceptance import cycle_accept_transition, subscription_accept_change
+from dunning.services.cycle_reads import cycle_read
 from dunning.services.fresh import invoice_fetch_fresh, receipt_evidence
 from dunning.services.incidents import (
     CohortOutcome,
@@ -25,10 +26,6 @@ from dunning.services.incidents import (
 from dunning.services.results import Cause, Expect, TransitionResult
 from subscriptions.models import Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderError
-
-
-def _load(cycle_pk: int) -> DunningCycle:
-    return DunningCycle.objects.select_related("invoice", "subscription", "pending_attempt", "policy").get(pk=cycle_pk)
 
 
 def _accept(*, cycle: DunningCycle, edge: str, user: Any, reason: str, ticket: str, now: datetime | None,
@@ -46,7 +43,7 @@ def cycle_grant_exception(*, cycle_pk: int, user: Any, expires_at: datetime, rea
     params: dict[str, Any] = {"expires_at": expires_at, "owner": owner}
     if profile:
         params["profile"] = profile
-    return _accept(cycle=_load(cycle_pk), edge="grant_exception", user=user, reason=reason, ticket=ticket,
+    return _accept(cycle=cycle_read(cycle_pk), edge="grant_exception", user=user, reason=reason, ticket=ticket,
                    now=now, params=params)
 
 
@@ -61,7 +58,7 @@ def cycle_resolve_conflict(*, cycle_pk: int, user: Any, resolution: str, reason:
                            ) -> ConflictDecision:
     """Fetch the invoice fresh from the provider, then decide the conflict on that receipt.
     The acceptance guard refuses a resolution the fresh receipt contradicts."""
-    cycle = _load(cycle_pk)
+    cycle = cycle_read(cycle_pk)
     try:
         inv, receipt = invoice_fetch_fresh(cycle, provider)
     except ProviderError as exc:
@@ -78,20 +75,20 @@ def cycle_conflict_fresh_receipt(*, cycle_pk: int, provider: PaymentProvider | N
                                  ) -> ProviderReceipt | None:
     """A fresh fetch to show beside the conflict before anyone decides (stored as evidence)."""
     try:
-        return invoice_fetch_fresh(_load(cycle_pk), provider)[1]
+        return invoice_fetch_fresh(cycle_read(cycle_pk), provider)[1]
     except ProviderError:
         return None
 
 
 def cycle_take_unknown_ownership(*, cycle_pk: int, user: Any, reason: str, ticket: str,
                                  now: datetime | None = None) -> TransitionResult:
-    return _accept(cycle=_load(cycle_pk), edge="assign_unknown_owner", user=user, reason=reason, ticket=ticket,
+    return _accept(cycle=cycle_read(cycle_pk), edge="assign_unknown_owner", user=user, reason=reason, ticket=ticket,
                    now=now, params={"owner": user})
 
 
 def cycle_request_cancellation(*, cycle_pk: int, user: Any, reason: str, ticket: str,
                                now: datetime | None = None) -> TransitionResult:
-    return _accept(cycle=_load(cycle_pk), edge="request_cancellation", user=user, reason=reason, ticket=ticket,
+    return _accept(cycle=cycle_read(cycle_pk), edge="request_cancellation", user=user, reason=reason, ticket=ticket,
                    now=now)
 
 
