@@ -36,6 +36,11 @@ def db_url(name: str) -> str:
     return f"postgres://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
 
 
+def elapsed() -> float:
+    """Seconds since the bench began (the clock of `say` and of the speed probe)."""
+    return time.monotonic() - _T0
+
+
 def say(phase: str, message: str) -> None:
     elapsed = int(time.monotonic() - _T0)
     print(f"[bench {elapsed // 60:02d}:{elapsed % 60:02d}] {phase}: {message}", flush=True)
@@ -181,3 +186,46 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
     return ordered[rank - 1]
+
+
+class SpeedProbe:
+    """Times a fixed 10^7-iteration Python loop every `every` seconds, in a thread, for the whole
+    run: this machine's speed drifts by up to 2x over minutes, and a figure is only read right
+    beside the speed it was taken at. Each probe costs about 0.3 s of one CPU."""
+
+    LOOP = 10**7
+
+    def __init__(self, every: float = 120.0) -> None:
+        import threading
+
+        self.every = every
+        self.samples: list[tuple[float, float]] = []  # (seconds since the bench began, loop seconds)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="speed-probe", daemon=True)
+
+    def start(self) -> SpeedProbe:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every)
+
+    def sample(self) -> None:
+        self.samples.append((time.monotonic() - _T0, self.measure()))
+
+    @classmethod
+    def measure(cls) -> float:
+        began = time.perf_counter()
+        for _ in range(cls.LOOP):
+            pass
+        return time.perf_counter() - began
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return list(self.samples)
+
+    def between(self, start: float, end: float) -> list[float]:
+        return [s for t, s in self.samples if start <= t <= end]

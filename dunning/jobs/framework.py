@@ -137,16 +137,24 @@ def claim(job: str, pk: int) -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [key, pk])
 
 
+def due_page(queryset: QuerySet, due_field: str, after: tuple[Any, int] | None = None, *,
+             batch: int = 500) -> QuerySet:
+    """One keyset page of (due, pk) pairs from `queryset` in (due, pk) order, after the pair `after`."""
+    if after is not None:
+        due, pk = after
+        # The redundant `due >= last` bound is what the index can use: without it every page
+        # re-walks the rows already swept and filters them out, and a sweep grows quadratically.
+        queryset = queryset.filter(Q(**{f"{due_field}__gte": due}),
+                                   Q(**{f"{due_field}__gt": due}) | Q(**{due_field: due, "pk__gt": pk}))
+    return queryset.order_by(due_field, "pk").values_list(due_field, "pk")[:batch]
+
+
 def due_in_order(queryset: QuerySet, due_field: str, *, batch: int = 500) -> Iterator[int]:
     """Primary keys of `queryset` in (due, pk) order, fetched in keyset pages so a sweep over
     100k rows neither loads them all nor holds a cursor open across acceptance calls."""
     last: tuple[Any, int] | None = None
     while True:
-        page = queryset
-        if last is not None:
-            due, pk = last
-            page = page.filter(Q(**{f"{due_field}__gt": due}) | Q(**{due_field: due, "pk__gt": pk}))
-        rows = list(page.order_by(due_field, "pk").values_list(due_field, "pk")[:batch])
+        rows = list(due_page(queryset, due_field, last, batch=batch))
         if not rows:
             return
         for _, pk in rows:
