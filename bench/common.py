@@ -23,7 +23,11 @@ VENV_BIN = Path(PYTHON).parent
 PG_HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("BENCH_PG_PORT", "5432"))
 PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
-DB_PREFIX = "bench_dunning"
+# Another prefix lets two checkouts bench one server; it must start with "bench_", the mark of a
+# database the bench may drop.
+DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "bench_dunning")
+if not DB_PREFIX.startswith("bench_"):
+    raise SystemExit(f"BENCH_DB_PREFIX must start with 'bench_' (got {DB_PREFIX!r})")
 SECRET = "whsec_bench"
 ACCOUNT = "acct_demo"
 PRICE = "price_monthly_pro"

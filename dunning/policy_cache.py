@@ -8,6 +8,7 @@ columns deferred (``POLICY_DEFERRED``) and only a cache miss reads and validates
 from __future__ import annotations
 
 import copy
+from functools import cache
 
 from dunning.policy_document import PolicyDocument, validate_policy
 
@@ -32,3 +33,14 @@ def policy_spec(policy) -> PolicyDocument:  # noqa: ANN001 - DunningPolicy; avoi
 def deferred_policy(relation: str) -> tuple[str, ...]:
     """``defer()`` arguments for the heavy policy columns reached through ``relation``."""
     return tuple(f"{relation}__{name}" for name in POLICY_DEFERRED)
+
+
+@cache
+def spec_only_policy(relation: str) -> tuple[str, ...]:
+    """``defer()`` arguments leaving only what `policy_spec` reads on a cache hit (pk and digest),
+    for the acceptance transaction's own reads: every column is compile and load time there.
+    Anything else is still loaded on access, one query at a time."""
+    from dunning.models import DunningPolicy
+
+    return tuple(f"{relation}__{f.attname}" for f in DunningPolicy._meta.concrete_fields
+                 if f.attname not in ("id", "digest"))

@@ -63,8 +63,9 @@ def grace_expiry(run: JobReport) -> None:
     for cycle in _each_claimed(run, due, "grace_expires_at"):
         if cycle.state != S.GRACE_ACTIVE or cycle.grace_expires_at > run.now:
             continue  # another worker or an event got there first
-        if _ask(run, cycle, "expire_grace"):
-            _escalate_with_fresh_receipt(run, cycle.pk, RESTRICT)
+        expired = _ask(run, cycle, "expire_grace")
+        if expired:
+            _escalate_with_fresh_receipt(run, cycle.pk, RESTRICT, expired.cycle)
     _check_overdue_provider_retries(run)
 
 
@@ -114,8 +115,10 @@ CANCEL = Escalation("cancellation", (S.RESTRICTED, "request_cancellation", False
                     (S.CANCEL_PENDING, "cancel", True))
 
 
-def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation) -> None:
-    cycle = cycle_read(pk)
+def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation, cycle: DunningCycle | None = None
+                                 ) -> None:
+    """`cycle`, when given, is the row as an acceptance just left it (saves reading it again)."""
+    cycle = cycle or cycle_read(pk)
     if cycle.state not in (step.first[0], step.second[0]):
         return
     incident = active_incident(cycle.subscription.cohort)
@@ -132,7 +135,7 @@ def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation) -> N
             asked = _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at)
             if not asked or state == step.second[0]:
                 return
-            cycle = cycle_read(pk)  # the second step is decided on the row the first one left
+            cycle = asked.cycle  # the second step is decided on the row the first one left
 
 
 def _check_overdue_provider_retries(run: JobReport) -> None:

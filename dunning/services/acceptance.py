@@ -22,7 +22,7 @@ from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import trusted_now
 from dunning.deadlocks import retry_on_deadlock
 from dunning.models import DunningCycle, DunningPolicy, MonetaryFact, TransitionReceipt
-from dunning.policy_cache import deferred_policy, policy_spec
+from dunning.policy_cache import policy_spec, spec_only_policy
 from dunning.services.edges import EDGES
 from dunning.services.guards import EdgeContext, Refusal
 from dunning.services.recompute import settle_subscription
@@ -72,7 +72,7 @@ def _lock_subscription_of(cycle_pk: int) -> Subscription:
     try:
         return (
             Subscription.objects.select_for_update(of=("self",)).select_related("policy")
-            .defer(*deferred_policy("policy")).get(pk=Subquery(owner))
+            .defer(*spec_only_policy("policy")).get(pk=Subquery(owner))
         )
     except Subscription.DoesNotExist:
         raise DunningCycle.DoesNotExist(f"no dunning cycle {cycle_pk}") from None
@@ -86,7 +86,7 @@ def _accept_locked(
     cycle = (
         DunningCycle.objects.select_for_update(of=("self", "invoice"))
         .select_related("invoice", "policy", "pending_attempt")
-        .defer(*deferred_policy("policy"))
+        .defer(*spec_only_policy("policy"))
         .get(pk=cycle_pk)
     )
     _compare_and_set(expect, cycle, subscription)
@@ -115,11 +115,12 @@ def _accept_locked(
         from_state=from_state, expect=expect, evidence=evidence,
         notification=rule.notification if rule.moves_cycle else "", notes=ctx.notes,
     )
+    cycle.subscription = subscription  # the locked row as this transaction leaves it
     return TransitionResult(
         accepted=True, edge=edge, receipt_id=settled.receipt.pk, from_state=from_state, to_state=cycle.state,
         cycle_generation=cycle.generation, root=subscription.outstanding_cycle_root,
         profile=subscription.entitlement_profile, entitlement_generation=subscription.entitlement_generation,
-        snapshot_issued=settled.snapshot_issued, facts_recorded=facts_recorded,
+        snapshot_issued=settled.snapshot_issued, facts_recorded=facts_recorded, cycle=cycle,
     )
 
 

@@ -115,14 +115,15 @@ def reconcile_and_read(
     *, cycle_pk: int, inv: ProviderInvoice, receipt: ProviderReceipt, decline_code: str, cause: Cause,
     now: datetime, extra_facts: tuple[FactSpec, ...] = (),
 ) -> tuple[list[TransitionResult], DunningCycle | None]:
-    """`cycle_reconcile_with_invoice`, also returning the cycle as last read when nothing was
-    accepted after that read (a refusal writes nothing to the cycle), so a caller acting next
-    need not read it again; None when the last step was accepted."""
+    """`cycle_reconcile_with_invoice`, also returning the cycle as it stands after the walk (as
+    the last accepted step left it, or as read when nothing moved it), so a caller acting next
+    need not read it again; None when the walk gave up after MAX_STEPS."""
     facts = invoice_facts(inv, decline_code=decline_code, now=now) + extra_facts
     evidence = Evidence(receipt=receipt, invoice=invoice_update(inv), facts=facts)
     results: list[TransitionResult] = []
+    cycle: DunningCycle | None = None
     for _ in range(MAX_STEPS):
-        cycle = cycle_read(cycle_pk)
+        cycle = cycle or cycle_read(cycle_pk)
         step = plan_next_step(cycle, inv, decline_code=decline_code, facts=facts)
         if step is None:
             return results, cycle
@@ -131,4 +132,5 @@ def reconcile_and_read(
         results.append(result)
         if not result.accepted and result.reason not in STALE:
             return results, cycle
+        cycle = result.cycle  # None after a stale refusal: read the row again
     return results, None
