@@ -109,7 +109,7 @@ def _sweep(ax: Any, sw: dict[str, Any]) -> None:
     rss_ax.set_ylabel("worker peak RSS so far, MB (dotted; target < 300)")
     rss_ax.set_ylim(bottom=0)
     ax.set_xlabel(f"seconds, scaled to {small} cycles")
-    ax.set_ylabel(f"cycles examined, scaled to {small}")
+    ax.set_ylabel(f"cycles restricted, scaled to {small}")
     ratio = f"ratio {sw['ratio']:.2f}" if sw.get("ratio") else ""
     if sw.get("partial"):
         ratio += " (extrapolated)"

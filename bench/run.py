@@ -64,6 +64,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sweep-sizes", default=None, help="two sizes, small,large (default 10000,100000; smoke 20,60)")
     p.add_argument("--profile-size", type=int, default=None,
                    help="cycles in the separate pyinstrument-profiled sweep (default 1000, smoke 20; 0 = none)")
+    p.add_argument("--sweep-workers", type=int, default=1,
+                   help="grace_expiry job runs at once on the same due rows (the job's claims share them out)")
     p.add_argument("--sweep-budget", type=float, default=0.0,
                    help="minutes the large sweep may run; past it the run is stopped and reported as PARTIAL "
                         "(per-cycle cost on the large table, extrapolated wall time; not judged). 0 = no limit")
@@ -447,7 +449,45 @@ def explain_due_queries(run_now) -> dict[str, str]:  # noqa: ANN001
     return plans
 
 
-def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float = 0.0) -> dict[str, Any]:
+class SweepWorker:
+    """One `python -m bench.sweep_worker` subprocess and what it has said so far."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = CHILDREN.start("sweep", argv, env=env, stdout=subprocess.PIPE)
+        assert self.proc.stdout is not None
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.buffer = b""
+        self.result: dict[str, Any] = {}
+        self.peak_kb = 0
+        self.progress = ""
+
+    def poll(self) -> bool:
+        """Read what the worker printed; True while it runs or has output left."""
+        self.peak_kb = max(self.peak_kb, peak_rss_kb(self.proc.pid))
+        assert self.proc.stdout is not None
+        chunk = self.proc.stdout.read() or b""
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace")
+            if text.startswith("RESULT "):
+                self.result = json.loads(text[7:])
+            elif text.startswith("PROGRESS "):
+                self.progress = text[9:]
+        return self.proc.poll() is None or bool(chunk)
+
+
+def _restricted_count() -> int:
+    from dunning.models import DunningCycle
+    from dunning.states import CycleState
+
+    return DunningCycle.objects.filter(state=CycleState.RESTRICTED).count()
+
+
+def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float = 0.0, workers: int = 1
+              ) -> dict[str, Any]:
+    """Seed `size` due cycles and run the grace_expiry job over them in `workers` concurrent
+    processes (the job's claims let them share the due rows: a row another worker holds is skipped)."""
     from django.db.models import Count
 
     from bench.seed import seed_grace_cycles
@@ -461,63 +501,62 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
     plans = explain_due_queries(now())
     from django.db import connections
 
-    connections.close_all()
     env = child_env(DATABASE_URL=db_url(database), STRIPE_API_BASE=api_base, STRIPE_TIMEOUT_SECONDS="30")
     argv = [PYTHON, "-m", "bench.sweep_worker"] + (["--profile", profile] if profile else [])
-    proc = CHILDREN.start("sweep", argv, env=env, stdout=subprocess.PIPE)
-    say(tag, f"grace_expiry over {size} due cycles in a worker subprocess (pid {proc.pid})"
-             + (" under pyinstrument" if profile else ""))
     started = time.monotonic()
-    peak = 0
-    result: dict[str, Any] = {}
-    assert proc.stdout is not None
-    os.set_blocking(proc.stdout.fileno(), False)
-    buffer = b""
+    procs = [SweepWorker(argv, env) for _ in range(workers)]
+    say(tag, f"grace_expiry over {size} due cycles in {workers} worker subprocess(es) "
+             f"(pids {', '.join(str(w.proc.pid) for w in procs)})" + (" under pyinstrument" if profile else ""))
     tick = Ticker(tag, 5)
     stopped_at_budget = False
-    trace: list[tuple[float, int, int]] = []  # (seconds, cycles examined, peak RSS MB so far)
+    trace: list[tuple[float, int, int]] = [(0.0, 0, 0)]  # (seconds, cycles restricted, peak RSS MB so far)
+    last_count = 0.0
     while True:
-        peak = max(peak, peak_rss_kb(proc.pid))
-        if budget_seconds and time.monotonic() - started > budget_seconds and proc.poll() is None:
-            say(tag, f"budget of {budget_seconds / 60:.0f} min reached; stopping the worker (PARTIAL run)")
-            CHILDREN.stop(proc)  # a killed acceptance rolls back whole; finished cycles stay RESTRICTED
+        running = [w.poll() for w in procs]
+        peak = max(w.peak_kb for w in procs)
+        elapsed = time.monotonic() - started
+        if budget_seconds and elapsed > budget_seconds and any(running):
+            say(tag, f"budget of {budget_seconds / 60:.0f} min reached; stopping the worker(s) (PARTIAL run)")
+            for w in procs:
+                CHILDREN.stop(w.proc)  # a killed acceptance rolls back whole; finished cycles stay RESTRICTED
             stopped_at_budget = True
             break
-        chunk = proc.stdout.read() or b""
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            text = line.decode(errors="replace")
-            if text.startswith("RESULT "):
-                result = json.loads(text[7:])
-            elif text.startswith("PROGRESS "):
-                elapsed = time.monotonic() - started
-                tick(text[9:] + f" ({elapsed:.0f} s, RSS {peak // 1024} MB)")
-                examined = re.search(r"(\d+) examined", text)
-                if examined:
-                    trace.append((round(elapsed, 2), int(examined.group(1)), peak // 1024))
-        if proc.poll() is not None and not chunk:
+        if elapsed - last_count >= 5:
+            last_count = elapsed
+            done_so_far = _restricted_count()
+            trace.append((round(elapsed, 2), done_so_far, peak // 1024))
+            tick(f"{done_so_far}/{size} restricted ({elapsed:.0f} s, peak RSS {peak // 1024} MB); "
+                 + " | ".join(w.progress for w in procs if w.progress))
+        if not any(running):
             break
         time.sleep(0.25)
     wall_outside = time.monotonic() - started
-    trace.insert(0, (0.0, 0, 0))
-    CHILDREN.stop(proc)
+    for w in procs:
+        CHILDREN.stop(w.proc)
     CHILDREN.stop(sim)
-    if not result and not stopped_at_budget:
-        raise RuntimeError(f"the sweep worker exited {proc.returncode} without a result")
+    missing = [w.proc.pid for w in procs if not w.result]
+    if missing and not stopped_at_budget:
+        raise RuntimeError(f"sweep worker(s) {missing} exited without a result")
     from dunning.models import DunningCycle
     from dunning.states import CycleState
 
-    use_db(database)
     states = dict(DunningCycle.objects.values_list("state").annotate(n=Count("pk")))
     connections.close_all()
     done = states.get(CycleState.RESTRICTED, 0)
+    peak = max(w.peak_kb for w in procs)
     if stopped_at_budget:
-        # The worker's own counters died with it: time and memory are the parent's observations.
+        # The workers' own counters died with them: time and memory are the parent's observations.
         result = {"partial": True, "wall_seconds": wall_outside, "status": "STOPPED_AT_BUDGET",
                   "ru_maxrss_kb": peak, "done": done,
                   "extrapolated_wall_seconds": wall_outside * size / done if done else None}
-    result.update({"size": size, "process_wall_seconds": wall_outside, "polled_peak_rss_kb": peak,
+    else:
+        results = [w.result for w in procs]
+        result = {"wall_seconds": max(r["wall_seconds"] for r in results),
+                  "status": "/".join(sorted({r["status"] for r in results})),
+                  "ru_maxrss_kb": max(r["ru_maxrss_kb"] for r in results),
+                  **{k: sum(r[k] for r in results) for k in ("examined", "changed", "refused", "errors")},
+                  "workers_detail": results}
+    result.update({"size": size, "workers": workers, "process_wall_seconds": wall_outside, "polled_peak_rss_kb": peak,
                    "states_after": states, "explain": plans, "done": done,
                    "per_cycle_ms": 1000 * result["wall_seconds"] / max(done, 1),
                    "trace": [*trace, (round(wall_outside, 2), done, peak // 1024)],
@@ -529,11 +568,12 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
 
 def phase_sweep(args: argparse.Namespace) -> dict[str, Any]:
     small, large = args.sweep_sizes
-    runs = {str(small): run_sweep(small, tag="sweep_small")}
+    runs = {str(small): run_sweep(small, tag="sweep_small", workers=args.sweep_workers)}
     estimate = runs[str(small)]["per_cycle_ms"] * large / 1000
     say("sweep", f"at {runs[str(small)]['per_cycle_ms']:.1f} ms/cycle the {large}-cycle sweep should take "
                  f"about {estimate / 60:.0f} min (plus seeding)")
-    runs[str(large)] = run_sweep(large, tag="sweep_large", budget_seconds=60 * args.sweep_budget)
+    runs[str(large)] = run_sweep(large, tag="sweep_large", budget_seconds=60 * args.sweep_budget,
+                                 workers=args.sweep_workers)
     profile = None
     if args.profile_size:
         path = OUT_DIR / "sweep_profile.txt"
@@ -542,7 +582,8 @@ def phase_sweep(args: argparse.Namespace) -> dict[str, Any]:
     big = runs[str(large)]
     wall_large = big["extrapolated_wall_seconds"] if big.get("partial") else big["wall_seconds"]
     ratio = wall_large / runs[str(small)]["wall_seconds"] if wall_large else None
-    return {"sizes": [small, large], "runs": runs, "ratio": ratio, "ratio_target": 1.1 * large / small,
+    return {"sizes": [small, large], "workers": args.sweep_workers, "runs": runs, "ratio": ratio,
+            "ratio_target": 1.1 * large / small,
             "partial": bool(big.get("partial")),
             "per_cycle_ratio": big["per_cycle_ms"] / runs[str(small)]["per_cycle_ms"], "profile": profile}
 
@@ -613,7 +654,7 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
         row(f"EXPLAIN due-row pages ({large} rows)", f"{scans}; {removed} rows removed by filter",
             "index scans", judge(scans, "Seq Scan" not in scans and "Index" in scans, smoke))
         if sw.get("partial"):
-            row(f"sweep {small} / {large} (PARTIAL)",
+            row(f"sweep {small} / {large}, {sw.get('workers', 1)} worker(s) (PARTIAL)",
                 f"{rs_['wall_seconds']:.1f} s / {rl['done']} of {large} in {rl['wall_seconds']:.0f} s; "
                 f"{rs_['per_cycle_ms']:.1f} vs {rl['per_cycle_ms']:.1f} ms/cycle (x{sw['per_cycle_ratio']:.2f}); "
                 f"extrapolated ratio {sw['ratio']:.2f}" if sw["ratio"] else "no cycle finished",
@@ -622,7 +663,8 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
             row(f"sweep worker peak RSS (first {rl['done']} of {large})", f"{mb:.0f} MB", "< 300 MB",
                 "not judged (partial)")
         else:
-            row(f"sweep {small} / {large}", f"{rs_['wall_seconds']:.1f} s / {rl['wall_seconds']:.1f} s "
+            row(f"sweep {small} / {large}, {sw.get('workers', 1)} worker(s)",
+                f"{rs_['wall_seconds']:.1f} s / {rl['wall_seconds']:.1f} s "
                 f"(ratio {sw['ratio']:.2f})", f"ratio <= {sw['ratio_target']:.1f}",
                 judge(sw["ratio"], sw["ratio"] <= sw["ratio_target"] and rs_["all_restricted"]
                       and rl["all_restricted"], smoke))
