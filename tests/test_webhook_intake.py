@@ -1,4 +1,4 @@
-"""POST /webhooks/stripe/: raw request kept first, then verified, deduplicated, handed off."""
+"""POST /webhooks/stripe/: verified, deduplicated, handed off; the raw request is kept whatever happens."""
 
 from __future__ import annotations
 
@@ -118,6 +118,31 @@ def test_bad_input_gets_a_clear_4xx_and_the_raw_request_is_kept(db, client, case
     assert delivery.verification == "REJECTED" and delivery.rejection_reason == code
     assert bytes(delivery.body) == body[: 64 * 1024]
     assert delivery.truncated == (case == "oversized")
+    assert not ProviderEvent.objects.exists()
+
+
+@pytest.mark.parametrize("breaks", ["inbox write", "verification"])
+def test_a_failure_on_our_side_keeps_the_raw_request_and_tells_the_provider_to_retry(db, monkeypatch, breaks):
+    from django.db import DatabaseError
+
+    from dunning.services import webhook_intake
+
+    def broken(*args, **kwargs):
+        raise DatabaseError("disk full") if breaks == "inbox write" else RuntimeError("SDK bug")
+
+    if breaks == "inbox write":
+        monkeypatch.setattr(webhook_intake, "_inbox_insert", broken)
+    else:
+        monkeypatch.setattr("subscriptions.providers.stripe_adapter.StripeProvider.verify_webhook", broken)
+    body = event_body("evt_breaks", "invoice.paid")
+
+    response = post(Client(raise_request_exception=False), body, stripe_signature(body, SECRET))
+
+    assert response.status_code == 500, "a 5xx makes the provider deliver again"
+    kept = WebhookDelivery.objects.get()
+    assert bytes(kept.body) == body and kept.http_status == 500 and kept.verification == "PENDING"
+    assert kept.rejection_reason == ("INBOX_WRITE_FAILED" if breaks == "inbox write" else "VERIFICATION_ERROR")
+    assert ("disk full" if breaks == "inbox write" else "SDK bug") in kept.detail
     assert not ProviderEvent.objects.exists()
 
 

@@ -41,36 +41,47 @@ def webhook_receive(
     size_limit: int,
     now: datetime | None = None,
 ) -> IntakeOutcome:
+    """Every request is kept as a WebhookDelivery with its verdict, whatever the outcome.
+
+    The verdict is reached in memory (size, signature, shape), so the raw request is written once,
+    with it: a rejected delivery is one insert; an accepted one commits together with its inbox
+    row, and the hand-off waits for that commit. Should the inbox write fail, the raw request is
+    still kept, marked as failed, before the error reaches the provider (who will deliver again).
+    """
     now = now or trusted_now()
     truncated = declared_size > size_limit or len(body) > size_limit
-    delivery = WebhookDelivery.objects.create(
+    raw = WebhookDelivery(
         provider=provider_name, received_at=now, remote_addr=remote_addr or None,
         headers={k: v for k, v in headers.items() if k.lower() in KEPT_HEADERS}, body=body[:size_limit],
         body_size=max(declared_size, len(body)), body_sha256=hashlib.sha256(body).hexdigest(), truncated=truncated,
     )
     if truncated:
-        return _reject(delivery, 413, "BODY_TOO_LARGE", f"body over the {size_limit}-byte limit")
+        return _reject(raw, 413, "BODY_TOO_LARGE", f"body over the {size_limit}-byte limit")
     signature = next((v for k, v in headers.items() if k.lower() == "stripe-signature"), "")
     try:
         event = get_provider(provider_name).verify_webhook(payload=body, signature_header=signature, now=now)
     except WebhookVerificationError as exc:
-        return _reject(delivery, 400, exc.code, str(exc))
+        return _reject(raw, 400, exc.code, str(exc))
+    except Exception as exc:
+        _keep_failed(raw, "VERIFICATION_ERROR", exc)
+        raise
     problem = _malformed_event(event)
     if problem:
-        return _reject(delivery, 400, "MALFORMED_EVENT", problem)
-    # The raw delivery is kept whatever happens next. The inbox row and the delivery's verdict
-    # commit together, so a crash cannot leave them disagreeing (and a new event costs one commit
-    # fewer); the hand-off waits for that commit.
-    with transaction.atomic():
-        row, created = _inbox_insert(provider_name, event, now)
-        delivery.verification = Verification.VERIFIED
-        delivery.claimed_event_id = event["id"]
-        delivery.event = row
-        delivery.duplicate = not created
-        delivery.http_status = 200
-        delivery.save(update_fields=["verification", "claimed_event_id", "event", "duplicate", "http_status"])
-        if created:
-            transaction.on_commit(lambda: _enqueue(row.pk))
+        return _reject(raw, 400, "MALFORMED_EVENT", problem)
+    try:
+        with transaction.atomic():
+            row, created = _inbox_insert(provider_name, event, now)
+            raw.verification = Verification.VERIFIED
+            raw.claimed_event_id = event["id"]
+            raw.event = row
+            raw.duplicate = not created
+            raw.http_status = 200
+            raw.save()
+            if created:
+                transaction.on_commit(lambda: _enqueue(row.pk))
+    except Exception as exc:
+        _keep_failed(raw, "INBOX_WRITE_FAILED", exc)
+        raise
     return IntakeOutcome(200, "DUPLICATE" if not created else "RECEIVED",
                          body={"received": True, "event": event["id"], "duplicate": not created})
 
@@ -87,13 +98,27 @@ def _enqueue(event_pk: int) -> None:
         log.exception("event %s stored but not handed to a worker; the inbox sweep will pick it up", event_pk)
 
 
-def _reject(delivery: WebhookDelivery, status: int, code: str, detail: str) -> IntakeOutcome:
-    delivery.verification = Verification.REJECTED
-    delivery.rejection_reason = code
-    delivery.detail = detail[:2000]
-    delivery.http_status = status
-    delivery.save(update_fields=["verification", "rejection_reason", "detail", "http_status"])
+def _reject(raw: WebhookDelivery, status: int, code: str, detail: str) -> IntakeOutcome:
+    raw.verification = Verification.REJECTED
+    raw.rejection_reason = code
+    raw.detail = detail[:2000]
+    raw.http_status = status
+    raw.save()
     return IntakeOutcome(status, code, detail)
+
+
+def _keep_failed(raw: WebhookDelivery, code: str, exc: Exception) -> None:
+    """Keep the raw request of a delivery that failed on our side (its verdict stays PENDING: it
+    was never judged); the provider gets a 5xx and delivers again."""
+    log.exception("webhook delivery failed on our side (%s); the raw request is kept", code)
+    try:
+        WebhookDelivery.objects.create(
+            provider=raw.provider, received_at=raw.received_at, remote_addr=raw.remote_addr, headers=raw.headers,
+            body=raw.body, body_size=raw.body_size, body_sha256=raw.body_sha256, truncated=raw.truncated,
+            rejection_reason=code, detail=f"{type(exc).__name__}: {exc}"[:2000], http_status=500,
+        )
+    except Exception:
+        log.exception("the raw request could not be kept either (is the database reachable?)")
 
 
 def _malformed_event(event: dict[str, Any]) -> str:
@@ -109,10 +134,8 @@ def _malformed_event(event: dict[str, Any]) -> str:
 
 def _inbox_insert(provider_name: str, event: dict[str, Any], now: datetime) -> tuple[ProviderEvent, bool]:
     """Insert once per (provider, event id); the unique constraint decides between concurrent
-    deliveries of the same event."""
-    existing = ProviderEvent.objects.filter(provider=provider_name, event_id=event["id"]).first()
-    if existing is not None:
-        return existing, False
+    deliveries of the same event. A new event (the common case) costs no read first; a redelivery
+    pays for a refused insert."""
     created_at = event.get("created")
     try:
         with transaction.atomic():
