@@ -77,17 +77,21 @@ def db_drop(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+_CREATED: set[str] = set()
+
+
 def db_create(name: str, template: str | None = None) -> None:
     assert name.startswith("bench_"), name
     db_drop(name)
     with _admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    _CREATED.add(name)
 
 
-def db_list(prefix: str) -> list[str]:
-    with _admin() as conn:
-        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [prefix + "%"]).fetchall()
-    return [r[0] for r in rows]
+def db_created() -> list[str]:
+    """The databases this run created: the only ones its clean-up drops (another checkout's
+    bench, under another BENCH_DB_PREFIX, may share the server and even a name prefix)."""
+    return sorted(_CREATED)
 
 
 def use_db(name: str) -> None:
@@ -193,9 +197,9 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 class SpeedProbe:
-    """Times a fixed 10^7-iteration Python loop every `every` seconds, in a thread, for the whole
-    run: this machine's speed drifts by up to 2x over minutes, and a figure is only read right
-    beside the speed it was taken at. Each probe costs about 0.3 s of one CPU."""
+    """Times a fixed 10^7-iteration Python loop every `every` seconds for the whole run: this
+    machine's speed drifts by up to 2x over minutes, and a figure is only read right beside the
+    speed it was taken at. Each probe costs about 0.3 s of one CPU."""
 
     LOOP = 10**7
 
@@ -221,10 +225,12 @@ class SpeedProbe:
 
     @classmethod
     def measure(cls) -> float:
-        began = time.perf_counter()
-        for _ in range(cls.LOOP):
-            pass
-        return time.perf_counter() - began
+        """In a child process: a loop in this one would hold the GIL of the load generator whose
+        latencies it sits beside."""
+        code = (f"import time\nt = time.perf_counter()\nfor _ in range({cls.LOOP}): pass\n"
+                "print(time.perf_counter() - t)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        return float(out.stdout)
 
     def stop(self) -> list[tuple[float, float]]:
         self._stop.set()

@@ -31,8 +31,8 @@ from bench.common import (
     Ticker,
     child_env,
     db_create,
+    db_created,
     db_drop,
-    db_list,
     db_url,
     elapsed,
     free_port,
@@ -191,13 +191,15 @@ class RedisDb:
         self.url = url
         self.r = redis.Redis.from_url(url)
         size = self.r.dbsize()
-        if size and not self.r.exists(self.MARK):
-            raise SystemExit(f"{url} holds {size} keys that are not the bench's; pass --redis-url with a free db")
-        self.r.set(self.MARK, "1")
+        owner = self.r.get(self.MARK)
+        if size and (owner or b"").decode() != DB_PREFIX:
+            raise SystemExit(f"{url} holds {size} keys that are not this bench's ({DB_PREFIX}); "
+                             "pass --redis-url with a free db")
+        self.r.set(self.MARK, DB_PREFIX)
 
     def reset(self) -> None:
         self.r.flushdb()
-        self.r.set(self.MARK, "1")
+        self.r.set(self.MARK, DB_PREFIX)
 
     def queued(self) -> int:
         return int(self.r.llen("celery"))
@@ -745,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
 
         connections.close_all()
         if not args.keep_dbs:
-            for name in db_list(DB_PREFIX):
+            for name in db_created():
                 db_drop(name)
     results["loadavg_end"] = os.getloadavg()
     results["speed_probe"] = probe.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -178,3 +179,29 @@ def test_an_unknown_cycle_is_an_error_not_a_refusal(policy):
     expect = Expect(cycle_generation=0, invoice_revision=0, attempt_id=None, policy_id=policy.pk, root=EMPTY_ROOT)
     with pytest.raises(DunningCycle.DoesNotExist):
         cycle_accept_transition(cycle_pk=987654321, edge="record_evidence", expect=expect, cause=Cause.system("t"))
+
+
+def _row(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields
+            if not instance.get_deferred_fields() & {f.attname}}
+
+
+@pytest.mark.parametrize("edge", ["recover", "schedule_retry"])
+def test_an_accepted_result_carries_the_cycle_exactly_as_committed(grace_cycle, edge):
+    """Jobs decide their next step on `result.cycle` instead of reading the row again, so it must
+    hold what was committed: the cycle, its invoice, its pending attempt and its subscription."""
+    w = grace_cycle
+    cycle = reload(w.cycle)
+    if edge == "recover":
+        result = accept(cycle, "recover", evidence=paid_evidence(cycle, now=w.now), now=w.now)
+    else:
+        result = accept(cycle, "schedule_retry", now=w.now, next_attempt_at=w.now + timedelta(days=1))
+    assert result.accepted, result
+
+    stored = reload(cycle)
+    carried = result.cycle
+    assert _row(carried) == _row(stored)
+    assert _row(carried.invoice) == _row(stored.invoice)
+    assert _row(carried.subscription) == _row(stored.subscription)
+    assert carried.pending_attempt_id == stored.pending_attempt_id
+    assert carried.policy.digest == stored.policy.digest

@@ -79,8 +79,8 @@ def restriction(run: JobReport) -> None:
 
 def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: ANN202
     """Fetch the invoice and let the evidence move the cycle first (paid → RECOVERED, void →
-    CLOSED_VOID). Returns (invoice, receipt, the cycle as read after the evidence was applied,
-    the time to act at) or None when the fetch failed.
+    CLOSED_VOID). Returns (invoice, receipt, the cycle as it stands after the evidence was
+    applied, the time to act at) or None when the fetch failed.
 
     A long sweep's `now` falls behind the clock that stamps receipts; acting at the later of the
     two keeps a receipt fetched a moment ago fresh. It never acts earlier than the run's `now`, so

@@ -1,7 +1,10 @@
-"""Every webhook request exactly as it arrived, stored before anything else is tried.
+"""Every webhook request exactly as it arrived, written once with its verdict.
 
 A delivery that fails verification is kept (with why), so nothing a provider or an attacker
-sent is lost; a verified one points at its deduplicated ProviderEvent.
+sent is lost; a verified one points at its deduplicated ProviderEvent, committed with it. The
+verdict is reached in memory first, so only a process killed between receiving a request and
+writing it (a gunicorn timeout, an OOM kill) leaves no row; the provider then got no 2xx and
+delivers again.
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ class Verification(models.TextChoices):
 
 
 class WebhookDelivery(AppendOnlyModel):
-    MUTABLE_FIELDS = frozenset({"verification", "rejection_reason", "detail", "http_status", "event",
-                                "claimed_event_id", "duplicate"})
+    MUTABLE_FIELDS: frozenset[str] = frozenset()  # written once, verdict included
 
     provider = models.CharField(max_length=32, default="stripe")
     received_at = models.DateTimeField(db_index=True)

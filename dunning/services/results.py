@@ -122,8 +122,9 @@ class TransitionResult:
     snapshot_issued: bool = False
     facts_recorded: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-    # The cycle as this accepted transition left it, loaded as `cycle_read` loads it, so a caller
-    # deciding its next step need not read the row again (the next acceptance's CAS still checks it).
+    # The cycle as this accepted transition left it (invoice, subscription, pending attempt; its
+    # policies carry only pk and digest, what `policy_spec` reads), so a caller deciding its next
+    # step need not read the row again. The next acceptance's compare-and-set still checks it.
     cycle: DunningCycle | None = field(default=None, repr=False, compare=False)
 
     def __bool__(self) -> bool:

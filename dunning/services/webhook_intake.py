@@ -1,4 +1,4 @@
-"""Webhook intake (SPEC §8): keep the raw request, verify, deduplicate by event id, hand off.
+"""Webhook intake (SPEC §8): verify, deduplicate by event id, hand off; keep every raw request.
 
 Processing happens on Celery after commit; the provider gets its 2xx as soon as the event
 is safely in the inbox.
@@ -109,7 +109,8 @@ def _reject(raw: WebhookDelivery, status: int, code: str, detail: str) -> Intake
 
 def _keep_failed(raw: WebhookDelivery, code: str, exc: Exception) -> None:
     """Keep the raw request of a delivery that failed on our side (its verdict stays PENDING: it
-    was never judged); the provider gets a 5xx and delivers again."""
+    was never judged); the provider gets a 5xx and delivers again. Requests are not wrapped in a
+    transaction (no ATOMIC_REQUESTS), so this row commits although the error is raised on."""
     log.exception("webhook delivery failed on our side (%s); the raw request is kept", code)
     try:
         WebhookDelivery.objects.create(
@@ -148,4 +149,7 @@ def _inbox_insert(provider_name: str, event: dict[str, Any], now: datetime) -> t
             )
         return row, True
     except IntegrityError:
-        return ProviderEvent.objects.get(provider=provider_name, event_id=event["id"]), False
+        existing = ProviderEvent.objects.filter(provider=provider_name, event_id=event["id"]).first()
+        if existing is None:
+            raise  # not the duplicate the constraint guards against: let the real cause show
+        return existing, False
