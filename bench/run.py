@@ -325,9 +325,28 @@ def phase_webhook(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
     database = fresh_db("webhook")
     result = webhook_run(args, redis, database, per_request=False)
     result["variant_connection_per_request"] = webhook_run(args, redis, database, per_request=True)
+    result["profile"] = profile_webhook(args, redis, database)
     from django.db import connections
 
     connections.close_all()
+    return result
+
+
+def profile_webhook(args: argparse.Namespace, redis: RedisDb, database: str) -> dict[str, Any]:
+    """What one delivery costs a gunicorn worker, without HTTP, load generator or queueing:
+    deliveries back to back through the Django stack in one process under pyinstrument."""
+    path = OUT_DIR / "webhook_profile.txt"
+    count = 30 if args.smoke else 500
+    say("webhook", f"profiling {count} deliveries through the Django stack in one process -> {path}")
+    redis.reset()
+    env = child_env(DATABASE_URL=db_url(database), REDIS_URL=redis.url, ALLOWED_HOSTS="127.0.0.1,localhost")
+    out = subprocess.run([PYTHON, "-m", "bench.webhook_profile", "--count", str(count), "--profile", str(path)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), "")
+    if not line:
+        raise RuntimeError(f"bench.webhook_profile gave no result (exit {out.returncode}): {out.stderr[-2000:]}")
+    result = json.loads(line[7:]) | {"file": str(path)}
+    say("webhook", f"{count} deliveries in one process: {result['ms_per_delivery']:.1f} ms each")
     return result
 
 
@@ -549,13 +568,13 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
     if stopped_at_budget:
         # The workers' own counters died with them: time and memory are the parent's observations.
         result = {"partial": True, "wall_seconds": wall_outside, "status": "STOPPED_AT_BUDGET",
-                  "ru_maxrss_kb": peak, "done": done,
+                  "peak_rss_kb": peak, "done": done,
                   "extrapolated_wall_seconds": wall_outside * size / done if done else None}
     else:
         results = [w.result for w in procs]
         result = {"wall_seconds": max(r["wall_seconds"] for r in results),
                   "status": "/".join(sorted({r["status"] for r in results})),
-                  "ru_maxrss_kb": max(r["ru_maxrss_kb"] for r in results),
+                  "peak_rss_kb": max(r["peak_rss_kb"] for r in results),
                   **{k: sum(r[k] for r in results) for k in ("examined", "changed", "refused", "errors")},
                   "workers_detail": results}
     result.update({"size": size, "workers": workers, "process_wall_seconds": wall_outside, "polled_peak_rss_kb": peak,
@@ -564,7 +583,7 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
                    "trace": [*trace, (round(wall_outside, 2), done, peak // 1024)],
                    "all_restricted": done == size})
     say(tag, f"{done}/{size} cycles restricted: {result['wall_seconds']:.1f} s ({result['per_cycle_ms']:.1f} "
-             f"ms/cycle), peak RSS {result['ru_maxrss_kb'] / 1024:.0f} MB, states {states}, job {result['status']}")
+             f"ms/cycle), peak RSS {result['peak_rss_kb'] / 1024:.0f} MB, states {states}, job {result['status']}")
     return result
 
 
@@ -627,6 +646,11 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
         row(f"webhook p99 @ {wh['offered_rate']:.0f}/s", f"{wh['p99_ms']:.1f} ms (p50 {wh['p50_ms']:.1f} ms, "
             f"{wh['achieved_per_s']:.0f}/s, {wh['errors']} err)", "p99 < 20 ms, 0 errors",
             judge(wh["p99_ms"], wh["p99_ms"] < 20 and wh["errors"] == 0, smoke))
+        if wh.get("profile"):
+            ms = wh["profile"]["ms_per_delivery"]
+            row("  (info) one delivery's service time", f"{ms:.1f} ms in one process, no HTTP (2 workers at "
+                f"{wh['offered_rate']:.0f}/s are then {wh['offered_rate'] * ms / 2000:.0%} busy before HTTP)",
+                "p99 < 20 ms needs headroom", "info")
         v = wh["variant_connection_per_request"]
         row("  (info) same, DB_CONN_MAX_AGE=0", f"{v['p99_ms']:.1f} ms (p50 {v['p50_ms']:.1f} ms, "
             f"{v['achieved_per_s']:.0f}/s, {v['errors']} err)", "what persistence buys", "info")
@@ -661,7 +685,7 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
                 f"{rs_['per_cycle_ms']:.1f} vs {rl['per_cycle_ms']:.1f} ms/cycle (x{sw['per_cycle_ratio']:.2f}); "
                 f"extrapolated ratio {sw['ratio']:.2f}" if sw["ratio"] else "no cycle finished",
                 f"ratio <= {sw['ratio_target']:.1f}", "not judged (partial)")
-            mb = rl["ru_maxrss_kb"] / 1024
+            mb = rl["peak_rss_kb"] / 1024
             row(f"sweep worker peak RSS (first {rl['done']} of {large})", f"{mb:.0f} MB", "< 300 MB",
                 "not judged (partial)")
         else:
@@ -670,7 +694,7 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
                 f"(ratio {sw['ratio']:.2f})", f"ratio <= {sw['ratio_target']:.1f}",
                 judge(sw["ratio"], sw["ratio"] <= sw["ratio_target"] and rs_["all_restricted"]
                       and rl["all_restricted"], smoke))
-            mb = rl["ru_maxrss_kb"] / 1024
+            mb = rl["peak_rss_kb"] / 1024
             row(f"sweep worker peak RSS ({large})", f"{mb:.0f} MB", "< 300 MB", judge(mb, mb < 300, smoke))
     speeds = [f"{name} {min(r['machine_loop_s']):.2f}-{max(r['machine_loop_s']):.2f}"
               for name in ("accept", "webhook", "restore", "sweep")
