@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sweep-sizes", default=None, help="two sizes, small,large (default 10000,100000; smoke 20,60)")
     p.add_argument("--profile-size", type=int, default=None,
                    help="cycles in the separate pyinstrument-profiled sweep (default 1000, smoke 20; 0 = none)")
-    p.add_argument("--sweep-workers", type=int, default=1,
+    p.add_argument("--sweep-workers", type=int, default=2,
                    help="grace_expiry job runs at once on the same due rows (the job's claims share them out)")
     p.add_argument("--sweep-budget", type=float, default=0.0,
                    help="minutes the large sweep may run; past it the run is stopped and reported as PARTIAL "
