@@ -80,6 +80,7 @@ def test_secret_rolling_accepts_either_signature(db, client, settings):
     ("garbage header", 400, "SIGNATURE_MALFORMED"),
     ("malformed json", 400, "MALFORMED_PAYLOAD"),
     ("not an event", 400, "MALFORMED_EVENT"),
+    ("signed json array", 400, "MALFORMED_PAYLOAD"),
     ("oversized", 413, "BODY_TOO_LARGE"),
 ])
 def test_bad_input_gets_a_clear_4xx_and_the_raw_request_is_kept(db, client, case, status, code):
@@ -102,6 +103,9 @@ def test_bad_input_gets_a_clear_4xx_and_the_raw_request_is_kept(db, client, case
         signature = "nonsense"
     elif case == "malformed json":
         body = b'{"id": "evt_bad", "type": '
+        signature = stripe_signature(body, SECRET)
+    elif case == "signed json array":
+        body = b'[{"id": "evt_bad", "object": "event"}]'
         signature = stripe_signature(body, SECRET)
     elif case == "not an event":
         body = b'{"id": "evt_bad", "object": "event"}'

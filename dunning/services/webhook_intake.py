@@ -60,12 +60,12 @@ def webhook_receive(
     signature = next((v for k, v in headers.items() if k.lower() == "stripe-signature"), "")
     try:
         event = get_provider(provider_name).verify_webhook(payload=body, signature_header=signature, now=now)
+        problem = _malformed_event(event)
     except WebhookVerificationError as exc:
         return _reject(raw, 400, exc.code, str(exc))
     except Exception as exc:
         _keep_failed(raw, "VERIFICATION_ERROR", exc)
         raise
-    problem = _malformed_event(event)
     if problem:
         return _reject(raw, 400, "MALFORMED_EVENT", problem)
     try:
@@ -122,7 +122,9 @@ def _keep_failed(raw: WebhookDelivery, code: str, exc: Exception) -> None:
         log.exception("the raw request could not be kept either (is the database reachable?)")
 
 
-def _malformed_event(event: dict[str, Any]) -> str:
+def _malformed_event(event: Any) -> str:
+    if not isinstance(event, dict):
+        return "event is not a JSON object"
     if not isinstance(event.get("id"), str) or not event["id"]:
         return "event has no id"
     if not isinstance(event.get("type"), str) or not event["type"]:

@@ -258,6 +258,9 @@ class StripeProvider:
                 last_error = exc
             except ValueError as exc:
                 raise WebhookVerificationError(f"payload is not a JSON event: {exc}", code="MALFORMED_PAYLOAD") from exc
+            except (AttributeError, TypeError) as exc:
+                # Signed, but the SDK cannot build an event from it: JSON that is not an object.
+                raise WebhookVerificationError("payload is JSON but not an object", code="MALFORMED_PAYLOAD") from exc
         raise WebhookVerificationError(str(last_error) if last_error else "signature did not verify",
                                        code="SIGNATURE_MISMATCH")
 
