@@ -73,7 +73,7 @@ def retry_dispatch(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
     if not dispatched.accepted:
         out.detail = dispatched.reason
         return out
-    return _send(out, cycle_read(cycle_pk), cause, now, provider)
+    return _send(out, dispatched.cycle, cause, now, provider)
 
 
 def retry_resolve(*, cycle_pk: int, cause: Cause, now: datetime | None = None,

@@ -50,11 +50,12 @@ def webhook_receive(
     """
     now = now or trusted_now()
     truncated = declared_size > size_limit or len(body) > size_limit
-    raw = WebhookDelivery(
+    as_received = dict(
         provider=provider_name, received_at=now, remote_addr=remote_addr or None,
         headers={k: v for k, v in headers.items() if k.lower() in KEPT_HEADERS}, body=body[:size_limit],
         body_size=max(declared_size, len(body)), body_sha256=hashlib.sha256(body).hexdigest(), truncated=truncated,
     )
+    raw = WebhookDelivery(**as_received)
     if truncated:
         return _reject(raw, 413, "BODY_TOO_LARGE", f"body over the {size_limit}-byte limit")
     signature = next((v for k, v in headers.items() if k.lower() == "stripe-signature"), "")
@@ -64,7 +65,7 @@ def webhook_receive(
     except WebhookVerificationError as exc:
         return _reject(raw, 400, exc.code, str(exc))
     except Exception as exc:
-        _keep_failed(raw, "VERIFICATION_ERROR", exc)
+        _keep_failed(as_received, "VERIFICATION_ERROR", exc)
         raise
     if problem:
         return _reject(raw, 400, "MALFORMED_EVENT", problem)
@@ -80,7 +81,7 @@ def webhook_receive(
             if created:
                 transaction.on_commit(lambda: _enqueue(row.pk))
     except Exception as exc:
-        _keep_failed(raw, "INBOX_WRITE_FAILED", exc)
+        _keep_failed(as_received, "INBOX_WRITE_FAILED", exc)
         raise
     return IntakeOutcome(200, "DUPLICATE" if not created else "RECEIVED",
                          body={"received": True, "event": event["id"], "duplicate": not created})
@@ -107,17 +108,14 @@ def _reject(raw: WebhookDelivery, status: int, code: str, detail: str) -> Intake
     return IntakeOutcome(status, code, detail)
 
 
-def _keep_failed(raw: WebhookDelivery, code: str, exc: Exception) -> None:
+def _keep_failed(as_received: dict[str, Any], code: str, exc: Exception) -> None:
     """Keep the raw request of a delivery that failed on our side (its verdict stays PENDING: it
     was never judged); the provider gets a 5xx and delivers again. Requests are not wrapped in a
     transaction (no ATOMIC_REQUESTS), so this row commits although the error is raised on."""
     log.exception("webhook delivery failed on our side (%s); the raw request is kept", code)
     try:
-        WebhookDelivery.objects.create(
-            provider=raw.provider, received_at=raw.received_at, remote_addr=raw.remote_addr, headers=raw.headers,
-            body=raw.body, body_size=raw.body_size, body_sha256=raw.body_sha256, truncated=raw.truncated,
-            rejection_reason=code, detail=f"{type(exc).__name__}: {exc}"[:2000], http_status=500,
-        )
+        WebhookDelivery.objects.create(**as_received, rejection_reason=code,
+                                       detail=f"{type(exc).__name__}: {exc}"[:2000], http_status=500)
     except Exception:
         log.exception("the raw request could not be kept either (is the database reachable?)")
 
