@@ -24,7 +24,7 @@ import pytest
 import stripe
 
 from subscriptions.providers.base import ProviderDeclined, ProviderRequestError, WebhookVerificationError
-from subscriptions.providers.stripe_adapter import StripeProvider
+from subscriptions.providers.stripe_adapter import StripeProvider, parse_subscription
 from tests.localstripe_server import API_KEY, LocalStripe, LocalStripeError, WebhookReceiver
 
 LEGACY_VERSION = "2024-06-20"
@@ -246,6 +246,41 @@ def test_charge_decline_is_readable(sdk, provider):
     assert retry.invoice.attempt_count == 1  # localstripe never counts attempts
 
 
+# ---------------------------------------------------------------- the subscription as a contract
+
+
+def test_subscription_contract_reads_and_cancels(sdk, provider, webhooks):
+    customer = Customer.subscribed(sdk)
+    sub_id = customer.subscription_id
+    sdk.v1.subscriptions.update(sub_id, params={"cancel_at_period_end": True})
+
+    contract = provider.fetch_subscription(sub_id)
+    assert (contract.status, contract.cancel_at_period_end) == ("active", True)
+    assert (contract.price_ids, contract.interval) == ((PRICE,), "month")
+    # The older shape: the current period sits on the subscription itself.
+    assert contract.raw["current_period_end"] == int(contract.current_period_end.timestamp())
+    assert contract.current_period_start is not None and contract.current_period_end.tzinfo is UTC
+    assert contract.current_period_end - contract.current_period_start >= timedelta(days=28)
+    assert (contract.canceled_at, contract.ended_at, contract.trial_end) == (None, None, None)
+    assert (contract.pause_behavior, contract.pause_resumes_at) == ("", None)
+
+    # `DELETE /v1/subscriptions/{id}` through the adapter.
+    canceled = provider.cancel_subscription(sub_id, idempotency_key=key())
+    assert canceled.id == sub_id and canceled.status == "canceled" and canceled.customer_id == customer.id
+    assert canceled.ended_at is not None
+    assert canceled.canceled_at is None  # localstripe leaves canceled_at null (Stripe sets it)
+    assert provider.fetch_subscription(sub_id).status == "canceled"
+
+    # localstripe answers a second DELETE with 200 again (Stripe: 404 "No such subscription",
+    # which the adapter resolves by reading the subscription back); either way it is canceled.
+    again = provider.cancel_subscription(sub_id, idempotency_key=key())
+    assert again.status == "canceled" and again.ended_at is not None
+
+    hook = webhooks.wait_for("customer.subscription.deleted", match={"id": sub_id})
+    event = provider.verify_webhook(payload=hook.body, signature_header=hook.signature, now=datetime.now(UTC))
+    assert parse_subscription(event["data"]["object"], account=ACCOUNT).status == "canceled"
+
+
 # ---------------------------------------------------------------- signed webhooks
 
 
@@ -321,3 +356,18 @@ def test_what_localstripe_lacks(server, sdk, provider):
     # No disputes API at all.
     with pytest.raises(LocalStripeError, match="404"):
         server.request("GET", "/v1/disputes/dp_missing")
+
+    # No pause_collection (an unknown parameter is a Python error inside localstripe: 500, which the
+    # adapter would read as indeterminate) and no `POST /v1/subscriptions/{id}/resume`.
+    with pytest.raises(LocalStripeError, match="500"):
+        server.request("POST", f"/v1/subscriptions/{customer.subscription_id}",
+                       form={"pause_collection[behavior]": "void"})
+    with pytest.raises(LocalStripeError, match="404"):
+        server.request("POST", f"/v1/subscriptions/{customer.subscription_id}/resume")
+    assert provider.fetch_subscription(customer.subscription_id).pause_behavior == ""
+
+    # A canceled subscription still takes updates (Stripe: 400, only cancellation_details and metadata).
+    provider.cancel_subscription(customer.subscription_id, idempotency_key=key())
+    updated = server.request("POST", f"/v1/subscriptions/{customer.subscription_id}",
+                             form={"cancel_at_period_end": "true"})
+    assert updated["status"] == "canceled" and updated["cancel_at_period_end"] is True

@@ -97,15 +97,30 @@ class ProviderDispute:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
+CONTRACT_STATUSES = frozenset({"trialing", "active", "past_due", "unpaid", "paused", "canceled", "incomplete",
+                               "incomplete_expired"})
+
+
 @dataclass(frozen=True)
 class ProviderSubscription:
+    """The contract as the provider holds it (seed 002's Contract/Subscription line)."""
+
     id: str
     account: str
     customer_id: str
     customer_email: str
-    status: str
+    status: str  # one of CONTRACT_STATUSES (anything else is quarantined by the caller)
     price_ids: tuple[str, ...]
     interval: str  # month | year
+    cancel_at_period_end: bool = False
+    current_period_start: datetime | None = None
+    current_period_end: datetime | None = None
+    canceled_at: datetime | None = None
+    ended_at: datetime | None = None
+    trial_end: datetime | None = None
+    # pause_collection (status stays active) or status "paused": collection is paused until resumes_at.
+    pause_behavior: str = ""  # "" when not paused; keep_as_draft | mark_uncollectible | void
+    pause_resumes_at: datetime | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -129,6 +144,12 @@ class PaymentProvider(Protocol):
     def fetch_subscription(self, subscription_id: str) -> ProviderSubscription: ...
 
     def invoice_for_payment(self, payment_id: str) -> str | None: ...
+
+    def cancel_subscription(self, subscription_id: str, *, idempotency_key: str) -> ProviderSubscription:
+        """Cancel the provider subscription at once and return it as the provider now holds it.
+        Cancelling one that is already canceled returns it (idempotent). Raises
+        ProviderIndeterminate (unknown: ask again by fetching), ProviderNotFound, ProviderRequestError."""
+        ...
 
     def pay_invoice(self, invoice_id: str, *, idempotency_key: str) -> PayOutcome:
         """Charge the invoice's default payment method under `idempotency_key`.

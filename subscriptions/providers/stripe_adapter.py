@@ -2,8 +2,9 @@
 
 Reads both invoice shapes: before API version 2025-03-31 (`subscription`, `charge`,
 `payment_intent`, `paid` on the invoice) and after it (`parent.subscription_details`,
-`payments` of InvoicePayment objects). Webhook endpoints are pinned to different versions in
-the wild, so event bodies come in either shape too.
+`payments` of InvoicePayment objects), and both subscription shapes (`current_period_start/end`
+on the subscription before 2025-03-31, on each subscription item since). Webhook endpoints are
+pinned to different versions in the wild, so event bodies come in either shape too.
 """
 
 from __future__ import annotations
@@ -119,6 +120,54 @@ def parse_payment(raw: dict[str, Any]) -> ProviderPayment:
     )
 
 
+def _subscription_period(raw: dict[str, Any], items: list[dict[str, Any]]) -> tuple[datetime | None, datetime | None]:
+    """Before 2025-03-31 the current period sits on the subscription; since then on each item
+    (the latest end among the items, with that item's start)."""
+    if raw.get("current_period_end") not in (None, ""):
+        return _ts(raw.get("current_period_start")), _ts(raw.get("current_period_end"))
+    dated = [i for i in items if i.get("current_period_end") not in (None, "")]
+    if not dated:
+        return None, None
+    latest = max(dated, key=lambda i: int(i["current_period_end"]))
+    return _ts(latest.get("current_period_start")), _ts(latest["current_period_end"])
+
+
+def parse_subscription(raw: dict[str, Any], *, account: str) -> ProviderSubscription:
+    """A subscription body in either API shape (customer expanded or an id) as the contract."""
+    customer = raw.get("customer") or {}
+    items = list((raw.get("items") or {}).get("data", []))
+    prices = tuple(p for p in (_id(i.get("price")) or _id(i.get("plan")) for i in items) if p)
+    if not prices and raw.get("plan"):
+        prices = (_id(raw["plan"]),)
+    interval = ""
+    for item in items:
+        price = item.get("price")
+        plan = item.get("plan")
+        recurring = ((price.get("recurring") if isinstance(price, dict) else None)
+                     or (plan if isinstance(plan, dict) else None) or {})
+        interval = recurring.get("interval") or interval
+    if not interval and isinstance(raw.get("plan"), dict):
+        interval = raw["plan"].get("interval") or ""
+    period_start, period_end = _subscription_period(raw, items)
+    status = raw.get("status") or ""
+    pause = raw.get("pause_collection")
+    if isinstance(pause, dict) and pause.get("behavior"):
+        pause_behavior, pause_resumes_at = str(pause["behavior"]), _ts(pause.get("resumes_at"))
+    elif status == "paused":  # the trial ended without a payment method: paused until resumed
+        pause_behavior, pause_resumes_at = "paused", None
+    else:
+        pause_behavior, pause_resumes_at = "", None
+    return ProviderSubscription(
+        id=raw["id"], account=account, customer_id=_id(customer) or "",
+        customer_email=(customer.get("email") or "") if isinstance(customer, dict) else "",
+        status=status, price_ids=prices, interval=interval or "month",
+        cancel_at_period_end=bool(raw.get("cancel_at_period_end")),
+        current_period_start=period_start, current_period_end=period_end,
+        canceled_at=_ts(raw.get("canceled_at")), ended_at=_ts(raw.get("ended_at")), trial_end=_ts(raw.get("trial_end")),
+        pause_behavior=pause_behavior, pause_resumes_at=pause_resumes_at, raw=raw,
+    )
+
+
 class StripeProvider:
     name = "stripe"
 
@@ -158,20 +207,7 @@ class StripeProvider:
     def fetch_subscription(self, subscription_id: str) -> ProviderSubscription:
         raw = self._call(lambda: self._client.v1.subscriptions.retrieve(
             subscription_id, params={"expand": ["customer"]}))
-        customer = raw.get("customer") or {}
-        items = (raw.get("items") or {}).get("data", [])
-        prices = tuple(p for p in (_id(i.get("price")) or _id(i.get("plan")) for i in items) if p)
-        if not prices and raw.get("plan"):
-            prices = (_id(raw["plan"]),)
-        interval = ""
-        for item in items:
-            recurring = (item.get("price") or {}).get("recurring") or item.get("plan") or {}
-            interval = recurring.get("interval") or interval
-        return ProviderSubscription(
-            id=raw["id"], account=self.account, customer_id=_id(customer) or "",
-            customer_email=customer.get("email", "") if isinstance(customer, dict) else "",
-            status=raw.get("status", ""), price_ids=prices, interval=interval or "month", raw=raw,
-        )
+        return parse_subscription(raw, account=self.account)
 
     def invoice_for_payment(self, payment_id: str) -> str | None:
         """Which invoice a payment intent or charge paid. Legacy payments name it; since 2025-03-31
@@ -207,6 +243,27 @@ class StripeProvider:
         return events
 
     # ---- writes
+    def cancel_subscription(self, subscription_id: str, *, idempotency_key: str) -> ProviderSubscription:
+        """Cancel at once (``DELETE /v1/subscriptions/{id}``) and return the subscription as Stripe now
+        holds it. Stripe answers a second cancel with a 4xx ("No such subscription" for one already
+        canceled); then the subscription is read back, and when it is canceled that is the answer.
+        The key is sent, though Stripe does not replay DELETE requests by it (a DELETE is meant to
+        be idempotent by itself)."""
+        if not idempotency_key:
+            raise ValueError("cancelling a subscription needs an idempotency key")
+        try:
+            raw = self._call(lambda: self._client.v1.subscriptions.cancel(
+                subscription_id, params={"expand": ["customer"]}, options={"idempotency_key": idempotency_key}))
+        except (ProviderNotFound, ProviderRequestError) as refused:
+            try:
+                current = self.fetch_subscription(subscription_id)
+            except ProviderNotFound:
+                raise refused from None
+            if current.status == "canceled":
+                return current
+            raise
+        return parse_subscription(raw, account=self.account)
+
     def pay_invoice(self, invoice_id: str, *, idempotency_key: str) -> PayOutcome:
         if not idempotency_key:
             raise ValueError("paying an invoice needs an idempotency key")

@@ -1,8 +1,9 @@
 """A Stripe-compatible HTTP simulator for tests and the demo (SPEC §8–§9).
 
 The real ``stripe`` SDK talks to it over HTTP on loopback. It keeps invoices in all five statuses,
-honours idempotency keys, signs webhooks like Stripe, injects faults on demand, and its ledger of
-successful charges is the monetary truth tests check against.
+subscriptions as contracts (trials, cancel now or at the period end, paused collection, price
+changes; see ``contract``), honours idempotency keys, signs webhooks like Stripe, injects faults
+on demand, and its ledger of successful charges is the monetary truth tests check against.
 """
 
 from subscriptions.simulator.billing import HARD_DECLINES, AttemptResult

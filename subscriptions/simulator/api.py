@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from subscriptions.simulator.errors import CardDeclined, SimError, not_found
+from subscriptions.simulator.contract import CANCELED_IS_IMMUTABLE, ENDED_STATUSES, PAUSE_BEHAVIORS
+from subscriptions.simulator.errors import CardDeclined, InvalidTransition, SimError, not_found
 from subscriptions.simulator.idempotency import BUSY, MISMATCH, REPLAY, fingerprint
 from subscriptions.simulator.rendering import list_object
 
@@ -33,6 +34,9 @@ ROUTES = [
     ("GET", re.compile(r"^/v1/invoice_payments$"), "list_invoice_payments"),
     ("GET", re.compile(rf"^/v1/invoice_payments/{_ID}$"), "get_invoice_payment"),
     ("GET", re.compile(rf"^/v1/(?P<kind>{'|'.join(OBJECT_KINDS)})/{_ID}$"), "get_object"),
+    ("DELETE", re.compile(rf"^/v1/subscriptions/{_ID}$"), "cancel_subscription"),
+    ("POST", re.compile(rf"^/v1/subscriptions/{_ID}/resume$"), "resume_subscription"),
+    ("POST", re.compile(rf"^/v1/subscriptions/{_ID}$"), "update_subscription"),
     ("GET", re.compile(r"^/v1/events$"), "list_events"),
     ("GET", re.compile(rf"^/v1/events/{_ID}$"), "get_event"),
 ]
@@ -100,6 +104,30 @@ def _flag(value: Any) -> bool:
     return str(value).lower() in ("true", "1", "yes")
 
 
+def _pause_param(value: Any) -> dict[str, Any] | None:
+    """``pause_collection=`` (empty: collection resumes) or ``pause_collection[behavior]=…``
+    with an optional ``pause_collection[resumes_at]=<unix>``."""
+    if value in ("", None):
+        return None
+    if not isinstance(value, dict):
+        raise SimError(400, "Invalid pause_collection: send pause_collection[behavior] or an empty string.",
+                       param="pause_collection")
+    behavior = value.get("behavior")
+    if not behavior:
+        raise SimError(400, "Missing required param: pause_collection[behavior].", code="parameter_missing",
+                       param="pause_collection[behavior]")
+    if behavior not in PAUSE_BEHAVIORS:
+        raise SimError(400, f"Invalid pause_collection[behavior]: must be one of {', '.join(PAUSE_BEHAVIORS)}",
+                       param="pause_collection[behavior]")
+    resumes_at = value.get("resumes_at")
+    try:
+        resumes = int(resumes_at) if resumes_at not in (None, "") else None
+    except (TypeError, ValueError) as exc:
+        raise SimError(400, "Invalid integer: pause_collection[resumes_at]", param="pause_collection[resumes_at]") \
+            from exc
+    return {"behavior": behavior, "resumes_at": resumes}
+
+
 def _limit(params: dict[str, Any]) -> int:
     try:
         return max(1, min(100, int(params.get("limit", 10))))
@@ -151,6 +179,8 @@ class StripeApi:
         fault = self.sim.faults.take(method, req.path)
         if fault is not None and not fault.apply:
             return self._fault_response(fault)
+        # Stripe keeps idempotency keys for POST only: a DELETE is idempotent by itself, and a key sent
+        # with one is accepted and has no effect (cancelling twice answers 404 the second time).
         key = req.header("Idempotency-Key") if method == "POST" else None
         headers = {"Stripe-Version": version}
         if key:
@@ -209,7 +239,9 @@ class StripeApi:
                  key: str | None, req: Request) -> Response:
         sim = self.sim
         sim._tls.suppress_flush = True
-        sim._tls.request = {"id": request_id, "idempotency_key": key} if req.method.upper() == "POST" else None
+        # Events caused by a write name its request; a DELETE's Idempotency-Key is shown but not honoured.
+        sim._tls.request = ({"id": request_id, "idempotency_key": key or req.header("Idempotency-Key")}
+                            if req.method.upper() in ("POST", "DELETE") else None)
         try:
             latency = sim.faults.take(req.method, req.path, kinds=("latency",))
             if latency is not None:
@@ -283,6 +315,70 @@ class StripeApi:
     def get_object(self, args: dict[str, str], params: dict[str, Any], version: str, key: str | None) -> Any:
         kind = OBJECT_KINDS[args["kind"]]
         return self.sim.renderer.render(self._read(args["id"], kind), version, _expand(params))
+
+    def _subscription(self, sub_id: str, version: str, params: dict[str, Any]) -> Any:
+        return self.sim.renderer.render(self.sim.store.get(sub_id), version, _expand(params))
+
+    def cancel_subscription(self, args: dict[str, str], params: dict[str, Any], version: str,
+                            key: str | None) -> Any:
+        """``DELETE /v1/subscriptions/{id}``: cancel now (``invoice_now``/``prorate`` are accepted and
+        make no final invoice). One already canceled answers 404 "No such subscription", as Stripe does."""
+        self.sim.cancel_subscription(args["id"])
+        return self._subscription(args["id"], version, params)
+
+    def resume_subscription(self, args: dict[str, str], params: dict[str, Any], version: str,
+                            key: str | None) -> Any:
+        """``POST /v1/subscriptions/{id}/resume``: only a ``status=paused`` subscription resumes here
+        (a paused *collection* is resumed by updating ``pause_collection`` to empty)."""
+        sub = self.sim._get(args["id"], "subscription")
+        if sub["status"] != "paused":
+            raise InvalidTransition(f"Only a subscription with status `paused` can be resumed; this one is "
+                                    f"`{sub['status']}`.")
+        self.sim.resume_subscription(args["id"])
+        return self._subscription(args["id"], version, params)
+
+    def update_subscription(self, args: dict[str, str], params: dict[str, Any], version: str,
+                            key: str | None) -> Any:
+        """``POST /v1/subscriptions/{id}`` with ``cancel_at_period_end``, ``pause_collection[behavior]``
+        and ``pause_collection[resumes_at]`` (``pause_collection=`` resumes collection) and
+        ``items[0][price]`` (``items[0][id]`` optional: the subscription has one item, which is
+        replaced without proration). Everything is checked before anything changes; one request
+        emits one ``customer.subscription.updated``."""
+        sim = self.sim
+        sub = sim._get(args["id"], "subscription")
+        changes = [name for name in ("cancel_at_period_end", "pause_collection", "items") if name in params]
+        if changes and sub["status"] in ENDED_STATUSES:
+            raise InvalidTransition(CANCELED_IS_IMMUTABLE)
+        pause: dict[str, Any] | None = None
+        if "pause_collection" in params:
+            pause = _pause_param(params["pause_collection"])
+        price_id = None
+        if "items" in params:
+            price_id = self._price_param(sub, params["items"])
+        previous: dict[str, Any] = {}
+        if "cancel_at_period_end" in params:
+            previous.update(sim._schedule_cancel(sub, _flag(params["cancel_at_period_end"])))
+        if "pause_collection" in params:
+            previous.update(sim._set_pause(sub, pause))
+        if price_id is not None:
+            previous.update(sim._set_price(sub, price_id))
+        sim._updated(sub, previous)
+        return self._subscription(sub["id"], version, params)
+
+    def _price_param(self, sub: dict[str, Any], items: Any) -> str:
+        if not isinstance(items, list) or len(items) != 1 or not isinstance(items[0], dict):
+            raise SimError(400, "The simulator's subscriptions have one item: send items[0][price].", param="items")
+        item = items[0]
+        if item.get("id") and item["id"] != sub["item_id"]:
+            raise SimError(400, f"No such subscription item: '{item['id']}'", code="resource_missing",
+                           param="items[0][id]")
+        price_id = item.get("price") or item.get("plan")
+        if not price_id:
+            raise SimError(400, "Missing required param: items[0][price].", code="parameter_missing",
+                           param="items[0][price]")
+        if price_id not in self.sim.store.prices:
+            raise SimError(400, f"No such price: '{price_id}'", code="resource_missing", param="items[0][price]")
+        return str(price_id)
 
     def list_events(self, args: dict[str, str], params: dict[str, Any], version: str, key: str | None) -> Any:
         created = params.get("created")

@@ -115,20 +115,30 @@ class BillingMixin:
     # ---- subscriptions and invoices
     @operation
     def create_subscription(self, customer_id: str, price_id: str, interval: str = "month", *, amount: int = 2000,
-                            currency: str = "usd") -> str:
-        """Creates the subscription and its first invoice, finalized and charged at once."""
+                            currency: str = "usd", trial_days: int = 0) -> str:
+        """Creates the subscription and its first invoice, finalized and charged at once. With
+        ``trial_days`` it starts ``trialing`` until ``trial_end``: its first invoice is a $0 one,
+        paid without a charge, and the first period is the trial."""
         cus = self._get(customer_id, "customer")
         price = self.store.ensure_price(price_id, amount=amount, currency=currency, interval=interval)
         now = self.now_ts()
+        trial_end = now + int(trial_days) * DAY if trial_days and int(trial_days) > 0 else None
         sub = {"id": self.store.new_id("subscription"), "object": "subscription", "customer": cus["id"],
                "price": price_id, "interval": price["recurring"]["interval"],
                "item_id": self.store.new_id("subscription_item"), "status": "incomplete", "created": now,
-               "current_period_start": now, "current_period_end": add_interval(now, interval),
-               "latest_invoice": None}
+               "current_period_start": now, "current_period_end": trial_end or add_interval(now, interval),
+               "latest_invoice": None, "billing_cycle_anchor": trial_end or now, "cancel_at_period_end": False,
+               "cancel_at": None, "canceled_at": None, "ended_at": None, "pause_collection": None,
+               "trial_start": now if trial_end else None, "trial_end": trial_end}
+        if trial_end is not None:
+            sub["status"] = "trialing"
         self.store.put(sub)
         self._emit("customer.subscription.created", sub)
-        inv = self._new_invoice(sub, amount=price["unit_amount"], currency=price["currency"],
+        inv = self._new_invoice(sub, amount=0 if trial_end else price["unit_amount"], currency=price["currency"],
                                 reason="subscription_create", start=now, end=sub["current_period_end"])
+        if trial_end is not None:
+            self._settle_free(inv)
+            return sub["id"]
         self._finalize(inv)
         self._attempt(inv, cus["card"], automatic=False, source="provider")
         return sub["id"]
@@ -136,19 +146,11 @@ class BillingMixin:
     @operation
     def create_renewal_invoice(self, subscription_id: str, amount: int | None = None, currency: str | None = None,
                                *, finalize: bool = True) -> str:
-        """The next period's invoice: ``invoice.created`` then (by default) ``invoice.finalized``."""
+        """The next period's invoice: ``invoice.created`` then (by default) ``invoice.finalized``.
+        While collection is paused (``pause_collection``) the invoice follows the pause behaviour
+        instead: kept as a draft, marked uncollectible or voided, and never attempted."""
         sub = self._get(subscription_id, "subscription")
-        price = self.store.prices[sub["price"]]
-        start = sub["current_period_end"]
-        end = add_interval(start, sub["interval"])
-        sub["current_period_start"], sub["current_period_end"] = start, end
-        inv = self._new_invoice(sub, amount=price["unit_amount"] if amount is None else amount,
-                                currency=currency or price["currency"], reason="subscription_cycle",
-                                start=start, end=end)
-        self.store.put(sub)
-        if finalize:
-            self._finalize(inv)
-        return inv["id"]
+        return self._renew(sub, amount=amount, currency=currency, finalize=finalize)["id"]
 
     @operation
     def finalize(self, invoice_id: str) -> dict[str, Any]:
@@ -159,6 +161,10 @@ class BillingMixin:
     @operation
     def void(self, invoice_id: str) -> dict[str, Any]:
         inv = self._get(invoice_id, "invoice")
+        self._void(inv)
+        return copy.deepcopy(inv)
+
+    def _void(self, inv: dict[str, Any]) -> None:
         if inv["status"] not in ("open", "uncollectible"):
             raise InvalidTransition(f"You can only void an open or uncollectible invoice; this one is {inv['status']}.",
                                     code="invoice_not_voidable")
@@ -175,7 +181,6 @@ class BillingMixin:
         inv["status_transitions"]["voided_at"] = now
         self.store.put(inv)
         self._emit("invoice.voided", inv)
-        return copy.deepcopy(inv)
 
     @operation
     def mark_uncollectible(self, invoice_id: str) -> dict[str, Any]:
@@ -219,6 +224,9 @@ class BillingMixin:
     def provider_attempt(self, invoice_id: str) -> AttemptResult:
         """The provider's own automatic attempt (renewal charge or a scheduled smart retry)."""
         inv = self._get(invoice_id, "invoice")
+        if not inv["auto_advance"]:  # collection stopped (subscription canceled) or paused
+            raise InvalidTransition("The provider does not collect this invoice automatically (auto_advance is "
+                                    f"false); it is {inv['status']}.")
         if inv["status"] == "draft":
             self._finalize(inv)
         if inv["status"] != "open":
@@ -252,14 +260,14 @@ class BillingMixin:
                                     code="invoice_not_payable")
 
     def _new_invoice(self, sub: dict[str, Any], *, amount: int, currency: str, reason: str, start: int,
-                     end: int) -> dict[str, Any]:
+                     end: int, auto_advance: bool = True) -> dict[str, Any]:
         cus = self.store.get(sub["customer"], "customer") or {}
         inv = {
             "id": self.store.new_id("invoice"), "object": "invoice", "customer": sub["customer"],
             "customer_email": cus.get("email"), "subscription": sub["id"], "price": sub["price"],
             "item_id": sub["item_id"], "line_id": self.store.new_id("line_item"), "amount_due": int(amount),
             "amount_paid": 0, "currency": currency.lower(), "status": "draft", "attempt_count": 0, "attempted": False,
-            "auto_advance": True, "next_payment_attempt": None, "period_start": start, "period_end": end,
+            "auto_advance": auto_advance, "next_payment_attempt": None, "period_start": start, "period_end": end,
             "billing_reason": reason, "created": self.now_ts(), "number": None, "payment_intent": None,
             "charge": None, "payments": [], "paid_out_of_band": False,
             "status_transitions": {"finalized_at": None, "marked_uncollectible_at": None, "paid_at": None,
@@ -269,6 +277,52 @@ class BillingMixin:
         self.store.put(inv)
         self._emit("invoice.created", inv)
         return inv
+
+    def _renew(self, sub: dict[str, Any], *, amount: int | None = None, currency: str | None = None,
+               finalize: bool = True, start: int | None = None, reason: str = "subscription_cycle") -> dict[str, Any]:
+        """Start the subscription's next period (from its current end, or ``start``) and issue its
+        invoice at the subscription's *current* price; the invoice keeps that price for good."""
+        price = self.store.prices[sub["price"]]
+        start = sub["current_period_end"] if start is None else int(start)
+        end = add_interval(start, sub["interval"])
+        sub["current_period_start"], sub["current_period_end"] = start, end
+        self._expire_pause(sub, start)
+        pause = sub.get("pause_collection")
+        inv = self._new_invoice(sub, amount=price["unit_amount"] if amount is None else amount,
+                                currency=currency or price["currency"], reason=reason, start=start, end=end,
+                                auto_advance=not pause)
+        self.store.put(sub)
+        if finalize and not pause:
+            self._finalize(inv)
+        elif finalize and pause["behavior"] in ("mark_uncollectible", "void"):
+            # Collection is paused: the invoice is issued but never collected (keep_as_draft stays a draft).
+            self._finalize(inv)
+            if pause["behavior"] == "void":
+                self._void(inv)
+            else:
+                self._mark_uncollectible(inv)
+        return inv
+
+    def _expire_pause(self, sub: dict[str, Any], at: int) -> None:
+        """A pause of collection whose ``resumes_at`` has come is over (``customer.subscription.updated``)."""
+        pause = sub.get("pause_collection")
+        if pause and pause.get("resumes_at") is not None and int(pause["resumes_at"]) <= at:
+            sub["pause_collection"] = None
+            self.store.put(sub)
+            self._emit("customer.subscription.updated", sub, previous={"pause_collection": dict(pause)})
+
+    def _settle_free(self, inv: dict[str, Any]) -> None:
+        """A $0 invoice (a trial's first): finalized and paid at once, with no payment and no charge."""
+        now = self.now_ts()
+        inv.update(status="open", number=f"SIM-{self.store.sequence():05d}")
+        inv["status_transitions"]["finalized_at"] = now
+        self.store.put(inv)
+        self._emit("invoice.finalized", inv)
+        inv.update(status="paid", amount_paid=0, next_payment_attempt=None)
+        inv["status_transitions"]["paid_at"] = now
+        self.store.put(inv)
+        self._emit("invoice.paid", inv)
+        self._emit("invoice.payment_succeeded", inv)
 
     def _finalize(self, inv: dict[str, Any]) -> None:
         if inv["status"] != "draft":

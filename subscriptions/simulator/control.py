@@ -1,6 +1,7 @@
 """A small JSON control API under ``/_sim/`` so another process (the demo, a drill) can drive the
 simulator: create customers and subscriptions, make the provider attempt a charge, let the customer
-pay, void, deliver webhooks, arm faults and read the ledger. No authentication: loopback only."""
+pay, void, cancel, pause, resume or re-price a subscription, end its trial or its period, deliver
+webhooks, arm faults and read the ledger. No authentication: loopback only."""
 
 from __future__ import annotations
 
@@ -21,6 +22,13 @@ ROUTES = [
     ("POST", rf"^/_sim/customers/{_ID}/card$", "set_card"),
     ("POST", r"^/_sim/subscriptions$", "create_subscription"),
     ("POST", rf"^/_sim/subscriptions/{_ID}/renewal$", "renewal"),
+    ("POST", rf"^/_sim/subscriptions/{_ID}/cancel$", "cancel_subscription"),
+    ("POST", rf"^/_sim/subscriptions/{_ID}/pause$", "pause_subscription"),
+    ("POST", rf"^/_sim/subscriptions/{_ID}/resume$", "resume_subscription"),
+    ("POST", rf"^/_sim/subscriptions/{_ID}/price$", "change_price"),
+    ("POST", rf"^/_sim/subscriptions/{_ID}/end_trial$", "end_trial"),
+    ("POST", rf"^/_sim/subscriptions/{_ID}/end_period$", "end_period"),
+    ("GET", rf"^/_sim/subscriptions/{_ID}$", "subscription"),
     ("POST", rf"^/_sim/invoices/{_ID}/(?P<action>attempt|customer_pays|void|mark_uncollectible|finalize)$",
      "invoice_action"),
     ("POST", rf"^/_sim/invoices/{_ID}/reschedule$", "reschedule"),
@@ -73,8 +81,42 @@ class ControlApi:
     def create_subscription(self, args: dict[str, str], body: dict[str, Any]) -> Any:
         sub_id = self.sim.create_subscription(body["customer"], body.get("price", "price_monthly_pro"),
                                               body.get("interval", "month"), amount=int(body.get("amount", 2000)),
-                                              currency=body.get("currency", "usd"))
+                                              currency=body.get("currency", "usd"),
+                                              trial_days=int(body.get("trial_days", 0)))
         return {"id": sub_id, "latest_invoice": self.sim.get(sub_id)["latest_invoice"]}
+
+    def _subscription(self, sub_id: str, **extra: Any) -> dict[str, Any]:
+        return {"id": sub_id, **extra, "subscription": self.sim.retrieve(sub_id)}
+
+    def subscription(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        return self._subscription(args["id"])
+
+    def cancel_subscription(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        self.sim.cancel_subscription(args["id"], at_period_end=bool(body.get("at_period_end", False)))
+        return self._subscription(args["id"])
+
+    def pause_subscription(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        self.sim.pause_subscription(args["id"], resumes_at=body.get("resumes_at"),
+                                    behavior=body.get("behavior", "void"))
+        return self._subscription(args["id"])
+
+    def resume_subscription(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        self.sim.resume_subscription(args["id"])
+        return self._subscription(args["id"], latest_invoice=self.sim.get(args["id"])["latest_invoice"])
+
+    def change_price(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        amount = body.get("amount")
+        self.sim.change_price(args["id"], body["price"], interval=body.get("interval"),
+                              amount=None if amount is None else int(amount))
+        return self._subscription(args["id"])
+
+    def end_trial(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        invoice_id = self.sim.end_trial(args["id"], outcome=body.get("outcome", "active"))
+        return self._subscription(args["id"], invoice=invoice_id)
+
+    def end_period(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        invoice_id = self.sim.end_period(args["id"])
+        return self._subscription(args["id"], invoice=invoice_id)
 
     def renewal(self, args: dict[str, str], body: dict[str, Any]) -> Any:
         amount = body.get("amount")

@@ -192,12 +192,17 @@ class Renderer:
         item: dict[str, Any] = {"id": sub["item_id"], "object": "subscription_item", "created": sub["created"],
                                 "metadata": {}, "plan": plan, "price": price, "quantity": 1,
                                 "subscription": sub["id"]}
+        pause = sub.get("pause_collection")
         out: dict[str, Any] = {
-            "id": sub["id"], "object": "subscription", "billing_cycle_anchor": sub["created"],
-            "cancel_at_period_end": False, "canceled_at": sub.get("canceled_at"),
-            "collection_method": "charge_automatically", "created": sub["created"], "currency": price.get("currency"),
-            "customer": sub["customer"], "latest_invoice": sub["latest_invoice"], "livemode": False, "metadata": {},
-            "plan": plan, "quantity": 1, "start_date": sub["created"], "status": sub["status"],
+            "id": sub["id"], "object": "subscription",
+            "billing_cycle_anchor": sub.get("billing_cycle_anchor") or sub["created"],
+            "cancel_at": sub.get("cancel_at"), "cancel_at_period_end": bool(sub.get("cancel_at_period_end")),
+            "canceled_at": sub.get("canceled_at"), "collection_method": "charge_automatically",
+            "created": sub["created"], "currency": price.get("currency"), "customer": sub["customer"],
+            "ended_at": sub.get("ended_at"), "latest_invoice": sub["latest_invoice"], "livemode": False,
+            "metadata": {}, "pause_collection": dict(pause) if pause else None, "plan": plan, "quantity": 1,
+            "start_date": sub["created"], "status": sub["status"], "trial_end": sub.get("trial_end"),
+            "trial_start": sub.get("trial_start"),
         }
         if is_legacy(version):
             out["current_period_start"] = sub["current_period_start"]

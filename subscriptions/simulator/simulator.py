@@ -10,6 +10,7 @@ from typing import Any
 
 from subscriptions.simulator.aftercare import AftercareMixin
 from subscriptions.simulator.billing import DAY, BillingMixin
+from subscriptions.simulator.contract import ContractMixin
 from subscriptions.simulator.faults import FaultInjector
 from subscriptions.simulator.idempotency import IdempotencyStore
 from subscriptions.simulator.rendering import DEFAULT_API_VERSION, Renderer
@@ -17,7 +18,7 @@ from subscriptions.simulator.state import Store
 from subscriptions.simulator.webhooks import Delivery, DeliveryMixin, OutboxEntry, Sink
 
 
-class StripeSimulator(BillingMixin, AftercareMixin, DeliveryMixin):
+class StripeSimulator(BillingMixin, ContractMixin, AftercareMixin, DeliveryMixin):
     """A Stripe-compatible simulator for the API subset the product's adapter uses.
 
     Thread-safe: one RLock guards all state. Webhook deliveries and fault sleeps happen outside it.
