@@ -118,6 +118,8 @@ EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.conso
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "billing@example.com")
 
 # Scheduled operations (SPEC §10). Times in seconds.
+# One clock for every policy (APPLICATION or DATABASE) instead of each policy's `clock`; empty: the policy's.
+DUNNING_CLOCK_OVERRIDE = os.environ.get("DUNNING_CLOCK_OVERRIDE", "")
 DUNNING_FRESH_RECEIPT_MAX_AGE_SECONDS = int(os.environ.get("DUNNING_FRESH_RECEIPT_MAX_AGE_SECONDS", "300"))
 DUNNING_PUBLIC_BASE_URL = os.environ.get("DUNNING_PUBLIC_BASE_URL", "http://localhost:8000")
 DUNNING_SUPPORT_EMAIL = os.environ.get("DUNNING_SUPPORT_EMAIL", "support@example.com")
@@ -127,6 +129,7 @@ DUNNING_UNKNOWN_OWNER_GROUPS = ("Billing leads", "Support agents")
 DUNNING_INBOX_STALE_SECONDS = 60
 DUNNING_DISPATCH_STALE_SECONDS = 120
 DUNNING_PROVIDER_RETRY_OVERDUE_SECONDS = 3600
+DUNNING_PROVIDER_CANCEL_ALERT_SECONDS = 3600  # a provider cancellation unconfirmed this long raises an alert
 # Alerts and reconciliation.
 DUNNING_ALERT_PAID_NOT_RESTORED_SECONDS = 60
 DUNNING_ALERT_LOOKBACK_DAYS = 7

@@ -14,6 +14,7 @@ from typing import Any
 
 from dunning.aggregate import is_blocking
 from dunning.models import DunningCycle, MonetaryFact, ProviderEvent, ProviderReceipt, TransitionReceipt
+from dunning.services.provider_cancel import cancellation_state
 from dunning.services.recompute import cycle_view
 from dunning.services.review import subscription_verdict
 from entitlements.profiles import PROFILES
@@ -114,6 +115,7 @@ def subscription_console(sub: Subscription, *, allowed: dict[str, bool]) -> dict
         "console_settled": [r for r in rows if not r.blocking],
         "console_profile_summary": profile.summary if profile else sub.entitlement_profile,
         "console_verdict": verdict,
+        "console_cancellation": cancellation_state(sub),
         "console_timeline": subscription_timeline(sub),
         "console_sub_actions": [(key, a.label) for key, a in ACTIONS.items()
                                 if not a.for_cycle and allowed.get(key)],

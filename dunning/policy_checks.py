@@ -13,8 +13,11 @@ from dunning.policy_vocabulary import (
     CAMEL_CASE_KEYS,
     CANCEL_AFTER,
     CLOCKS,
+    CONTRACT_STATES,
     DEBT,
+    DEFAULT_CONTRACT_ACCESS,
     DEFAULT_INVOICE_STATUS_MAPPING,
+    ENDED_CONTRACT_STATES,
     EXCEPTION_REQUIREMENTS,
     FAILURE_CLASSES,
     GRACE_STARTS,
@@ -217,7 +220,8 @@ class _Checker:
         percent = self.integer("rollout.percent", rollout.get("percent", 100), 0, 100,
                                "an integer from 0 to 100")
         rollout_cohort = self.text("rollout.cohort", rollout.get("cohort", "default"))
-        return {
+        contract_access = self.contract_access()
+        document = {
             "schema": SCHEMA_ID, "policy": identity, "default": is_default,
             "provider": {"name": provider_name, "account": account},
             "applies_to": {"prices": sorted(prices or []), "cohort": cohort},
@@ -235,6 +239,30 @@ class _Checker:
                            "requires": requires},
             "clock": clock, "mode": mode, "rollout": {"percent": percent, "cohort": rollout_cohort},
         }
+        if contract_access is not None:
+            # Only when stated: documents published before the contract line keep their digest.
+            document["contract_access"] = contract_access
+        return document
+
+    def contract_access(self) -> dict[str, str] | None:
+        """Contract state → the most access it allows; states left out keep their default."""
+        if "contract_access" not in self.top:
+            return None
+        raw = self.section("contract_access", what="contract state to profile") or {}
+        result = dict(DEFAULT_CONTRACT_ACCESS)
+        for state, value in raw.items():
+            path = f"contract_access.{state}"
+            if state not in CONTRACT_STATES:
+                self.fault(path, f"unknown contract state; expected {_one_of(CONTRACT_STATES)}"
+                           + _hint(state, CONTRACT_STATES))
+                continue
+            profile = self.choice(path, value, PROFILES, "profile", required="required; a profile")
+            if profile == "FULL" and state in ENDED_CONTRACT_STATES:
+                self.fault(path, "an ended contract cannot keep FULL access; use REVOKED (export stays "
+                           "available through support) or another restrictive profile")
+            elif profile:
+                result[state] = profile
+        return result
 
     def constant(self, key: str, only: str) -> str | None:
         return self.choice(self.name(key), self.field(key, default=only), (only,), "value")

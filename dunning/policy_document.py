@@ -13,7 +13,9 @@
   ``cancelAfter: MANUAL_ONLY`` (nothing cancels on a timer unless the policy says so),
   ``notifications: {template_generation: 1, reminders_before_grace_end: []}``,
   ``exceptions.requires: [owner, reason, ticket]``, ``clock: DATABASE``, ``mode: SHADOW`` (a policy
-  enforces only when it says so) and ``rollout: {percent: 100, cohort: default}``.
+  enforces only when it says so), ``rollout: {percent: 100, cohort: default}`` and
+  ``contract_access: DEFAULT_CONTRACT_ACCESS`` (stated in the canonical document only when given,
+  so documents published before the contract line keep their digest).
 * ``PROFILES`` runs from least to most restrictive; a restricted profile may not be FULL nor
   looser than the grace profile.
 * ``retry_intervals[i]`` is the wait before local attempt ``i + 2``; when fewer than
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +36,7 @@ from dunning.policy_checks import _Checker
 from dunning.policy_durations import format_iso_duration, parse_iso_duration
 from dunning.policy_vocabulary import (
     BUILTIN_FAILURE_CLASSES,
+    DEFAULT_CONTRACT_ACCESS,
     DEFAULT_INVOICE_STATUS_MAPPING,
     FAILURE_CLASSES,
     HARD_DECLINES,
@@ -95,6 +98,8 @@ class PolicyDocument:
     rollout_percent: int
     rollout_cohort: str
     canonical: dict[str, Any]
+    # Contract state → the most access it allows (DEFAULT_CONTRACT_ACCESS unless the policy says).
+    contract_access: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CONTRACT_ACCESS))
 
     def __hash__(self) -> int:
         return hash(self.digest())
@@ -182,6 +187,7 @@ def _document(c: dict[str, Any]) -> PolicyDocument:
         exception_max_duration=parse_iso_duration(exceptions["max_duration"]),
         exception_requires=tuple(exceptions["requires"]), clock=c["clock"], mode=c["mode"],
         rollout_percent=c["rollout"]["percent"], rollout_cohort=c["rollout"]["cohort"], canonical=c,
+        contract_access=dict(c.get("contract_access") or DEFAULT_CONTRACT_ACCESS),
     )
 
 

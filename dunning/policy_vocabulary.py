@@ -45,9 +45,20 @@ TOP_LEVEL_KEYS = (
     "schema", "policy", "default", "provider", "applies_to", "invoice_status_mapping", "dispute_lost",
     "retry_authority", "max_attempts", "retry_intervals", "failure_classes", "grace", "restrict_after",
     "restricted_profile", "recover_on", "recover_with_remaining_debt", "cancel_after",
-    "cancel_after_restricted", "notifications", "exceptions", "clock", "mode", "rollout",
+    "cancel_after_restricted", "notifications", "exceptions", "clock", "mode", "rollout", "contract_access",
 )
 ACCEPTED_KEYS = TOP_LEVEL_KEYS + tuple(CAMEL_CASE_KEYS.values())
 IDENTITY_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 IDENTITY_VERSION = re.compile(r"[1-9][0-9]*")
 REMINDERS_FIELD = "notifications.reminders_before_grace_end"
+# What each contract state (the provider subscription's status; an ended contract reads
+# `canceled`) allows at most. Debt may restrict further; the contract never loosens it.
+# `past_due` and `unpaid` are FULL here because the debt line (the cycles) decides those.
+CONTRACT_STATES = ("trialing", "active", "past_due", "unpaid", "paused", "canceled", "incomplete",
+                   "incomplete_expired")
+ENDED_CONTRACT_STATES = ("canceled", "incomplete_expired")
+DEFAULT_CONTRACT_ACCESS = {
+    "trialing": "FULL", "active": "FULL", "past_due": "FULL", "unpaid": "FULL",
+    "paused": "READ_EXPORT_NO_NEW_JOBS", "canceled": "REVOKED", "incomplete": "LIMITED",
+    "incomplete_expired": "REVOKED",
+}

@@ -41,6 +41,9 @@ GRACE_PROFILE_STATES = frozenset(
     }
 )
 RESTRICTED_PROFILE_STATES = frozenset({S.RESTRICTED, S.CANCEL_PENDING})
+# States whose grace ends at `grace_expires_at` whatever the retry schedule says (SPEC §5). An
+# attempt in flight (RETRY_DISPATCHING, PAYMENT_UNKNOWN) holds the expiry until it is resolved.
+GRACE_DEADLINE_STATES = frozenset({S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_FAILED})
 # Terminal: immutable except for appended audit rows (SPEC §2.8).
 TERMINAL_STATES = frozenset({S.CANCELED, S.CLOSED_VOID})
 # "Any open state" of SPEC §5: everything not terminal and not already settled.

@@ -175,6 +175,7 @@ class CycleReview:
     notices: tuple[Notice, ...] = ()
     invoice_ref: str = ""  # provider invoice id, for the detail text
     invoice_status: str = ""
+    invoice_prices: tuple[str, ...] = ()  # the invoice's own line prices, which pick the cycle's policy
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,10 @@ def _cycle_blockers(review: SubscriptionReview, c: CycleReview) -> list[Blocker]
         hold(HOLD_MISSING_POLICY_VERSION, "records no policy version")
     elif own.version is None:
         hold(HOLD_MISSING_POLICY_VERSION, f"records a policy without a name@version identity ({own.identity!r})")
+    elif c.invoice_prices and not own.is_default and not set(c.invoice_prices) & set(own.prices or ()):
+        hold(HOLD_POLICY_NOT_TRANSFERRED,
+             f"bills {', '.join(c.invoice_prices)} but runs under {own.identity}, which applies to "
+             f"{', '.join(map(str, own.prices or ())) or 'no price'}: the invoice's own price must pick its policy")
     if c.audit_ref is None:
         hold(HOLD_MISSING_AUDIT_REF, f"is {state} but no accepted transition receipt explains how it got there")
     if state == EVIDENCE_CONFLICT:

@@ -46,7 +46,27 @@ class Subscription(models.Model):
     provider = models.CharField(max_length=32, default="stripe")
     provider_account = models.CharField(max_length=255)
     provider_subscription_id = models.CharField(max_length=255)
-    provider_status = models.CharField(max_length=32, default="active")
+    # --- The contract line (seed 002's Contract/Subscription machine), mirrored only from fresh
+    # provider fetches through the subscription's acceptance (`contract_update`). ---
+    provider_status = models.CharField(max_length=32, default="active", help_text="The provider's contract status.")
+    cancel_at_period_end = models.BooleanField(default=False)
+    current_period_end = models.DateTimeField(null=True, blank=True)
+    contract_ended_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the provider ended the contract (ended_at, else canceled_at).")
+    pause_behavior = models.CharField(max_length=32, blank=True, default="",
+                                      help_text="Collection paused (pause_collection or status paused); '' if not.")
+    pause_resumes_at = models.DateTimeField(null=True, blank=True)
+    trial_end = models.DateTimeField(null=True, blank=True)
+    contract_phase = models.CharField(
+        max_length=32, default="active", db_index=True,
+        help_text="The contract state the last acceptance decided access on (an ended contract reads 'canceled').")
+    contract_revision = models.PositiveBigIntegerField(
+        default=0, help_text="Rises with every accepted contract change.")
+    contract_fetched_at = models.DateTimeField(
+        null=True, blank=True, help_text="Fetch time of the newest provider read applied; an older read is refused.")
+    # A dunning cancellation carried to the provider (outbox, idempotency key, receipt of its answer).
+    provider_cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    provider_cancel_confirmed_at = models.DateTimeField(null=True, blank=True)
     price_id = models.CharField(max_length=255, help_text="Provider price id (a legacy plan id counts).")
     cohort = models.CharField(max_length=64, default="default")
     billing_interval = models.CharField(max_length=8, choices=BillingInterval.choices, default=BillingInterval.MONTH)
@@ -92,6 +112,8 @@ class Invoice(models.Model):
     period_start = models.DateTimeField(null=True, blank=True)
     period_end = models.DateTimeField(null=True, blank=True)
     hosted_invoice_url = models.URLField(blank=True, default="", max_length=1000)
+    price_ids = models.JSONField(default=list, blank=True,
+                                 help_text="Prices (legacy plan ids included) of the invoice's own lines.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     history = HistoricalRecords()

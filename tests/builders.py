@@ -5,8 +5,13 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
+
+import time_machine
+from django.utils import timezone
 
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, DunningPolicy, ProviderReceipt
@@ -117,13 +122,25 @@ def unpaid_evidence(cycle: DunningCycle, *, now: datetime | None = None, status:
     return Evidence(receipt=invoice_receipt(cycle, status, fetched_at=now or trusted_now()))
 
 
+@contextmanager
+def clock_reaches(now: datetime | None) -> Iterator[None]:
+    """A test that names a later `now` means that moment has come: the trusted clock is moved
+    there too (the acceptance service refuses a `now` the clock has not reached)."""
+    if now is None or now <= timezone.now():
+        yield
+        return
+    with time_machine.travel(now, tick=True):
+        yield
+
+
 def accept(cycle: DunningCycle, edge: str, *, cause: Cause | None = None, evidence: Evidence | None = None,
            now: datetime | None = None, expect: Expect | None = None, **params: Any) -> TransitionResult:
     fresh = reload(cycle)
-    return cycle_accept_transition(
-        cycle_pk=cycle.pk, edge=edge, expect=expect or Expect.from_cycle(fresh), cause=cause or Cause.system("test"),
-        evidence=evidence, params=params, now=now,
-    )
+    with clock_reaches(now):
+        return cycle_accept_transition(
+            cycle_pk=cycle.pk, edge=edge, expect=expect or Expect.from_cycle(fresh),
+            cause=cause or Cause.system("test"), evidence=evidence, params=params, now=now,
+        )
 
 
 def fail_first_payment(cycle: DunningCycle, *, decline_code: str = "insufficient_funds",

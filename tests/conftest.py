@@ -16,6 +16,14 @@ def celery_in_process():
     celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = previous
 
 
+@pytest.fixture(autouse=True)
+def application_clock(settings):
+    """Tests move the application's time with time-machine, which cannot move PostgreSQL's clock,
+    so every policy reads the application clock here; tests/test_trusted_clock.py checks the
+    DATABASE clock itself with this override removed."""
+    settings.DUNNING_CLOCK_OVERRIDE = "APPLICATION"
+
+
 @pytest.fixture
 def policy(db):
     return make_policy()

@@ -98,15 +98,23 @@ def test_failed_fetch_restricts_nothing_counts_and_is_retried(in_grace, time_mac
     assert cycle_of(invoice_id).state == "RESTRICTED", retry.detail
 
 
-def test_catch_up_with_a_stale_clock_never_restricts(in_grace, sim):
-    """`run_jobs --now` far past the clock: guards evaluate at that time, but the receipt is
-    stamped by the clock, so it is not fresh for that `now` and nothing is restricted."""
+def test_a_now_ahead_of_the_trusted_clock_takes_no_step(in_grace, sim, time_machine):
+    """`run_jobs --now` days past the clock: no expiry, no restriction, no cancellation, and
+    so nothing premature left for the next normal run to finish (SPEC §5, issue: one clock)."""
     _, invoice_id, cycle = in_grace
-    job_run("grace_expiry", now=cycle.grace_expires_at + timedelta(days=3))
+    generation = cycle.subscription.entitlement_generation
+    run = job_run("grace_expiry", now=cycle.grace_expires_at + timedelta(days=3))
     cycle = cycle_of(invoice_id)
-    assert cycle.state == "GRACE_EXPIRED"
-    assert Receipt.objects.get(cycle=cycle, edge="begin_restriction", accepted=False).rejection_reason == \
-        "RECEIPT_NOT_FRESH"
+    assert cycle.state == "GRACE_ACTIVE"
+    refused = Receipt.objects.get(cycle=cycle, edge="expire_grace", accepted=False)
+    assert refused.rejection_reason == "NOW_AFTER_TRUSTED_CLOCK" and run.refused == 1
+    assert not Receipt.objects.filter(cycle=cycle, edge="begin_restriction").exists()
+    job_run("grace_expiry")  # the next normal run, still before the deadline
+    cycle = cycle_of(invoice_id)
+    assert cycle.state == "GRACE_ACTIVE" and cycle.subscription.entitlement_generation == generation
+    time_machine.move_to(cycle.grace_expires_at + timedelta(minutes=1), tick=True)
+    job_run("grace_expiry")
+    assert cycle_of(invoice_id).state == "RESTRICTED", "the real deadline still restricts"
 
 
 def test_three_day_scheduler_outage_is_caught_up_in_order(sim, time_machine, staff):

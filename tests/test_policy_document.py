@@ -858,3 +858,25 @@ def test_hard_declines_can_never_be_made_retryable():
                  "revocation_of_all_authorizations", "authentication_required", "highest_risk_level"):
         assert spec.failure_class_for(code) in ("CUSTOMER_ACTION", "NON_RETRYABLE"), code
     assert spec.failure_class_for("timeout") == "TRANSIENT_UNKNOWN"
+
+
+# --- contract_access (the contract line, SPEC §7) -----------------------------------------------------
+
+
+def test_contract_access_defaults_and_keeps_older_documents_digest() -> None:
+    doc = load_policy(SPEC_EXAMPLE)
+    assert "contract_access" not in doc.canonical, "a document that does not state it keeps its digest"
+    assert doc.contract_access["canceled"] == "REVOKED" and doc.contract_access["active"] == "FULL"
+    stated = load_policy(SPEC_EXAMPLE + "contract_access: {paused: SUSPENDED}\n")
+    assert stated.contract_access["paused"] == "SUSPENDED" and stated.contract_access["canceled"] == "REVOKED"
+    assert stated.digest() != doc.digest()
+
+
+def test_contract_access_faults_are_named() -> None:
+    with pytest.raises(PolicyValidationError) as caught:
+        load_policy(SPEC_EXAMPLE + "contract_access: {cancelled: REVOKED, canceled: FULL, paused: OPEN}\n")
+    errors = caught.value.errors
+    assert any(e.startswith("contract_access.cancelled: unknown contract state") and "'canceled'" in e
+               for e in errors), errors
+    assert any(e.startswith("contract_access.canceled: an ended contract cannot keep FULL") for e in errors)
+    assert any(e.startswith("contract_access.paused: unknown profile") for e in errors)

@@ -13,7 +13,15 @@ from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.recompute import compute_aggregate
 from dunning.services.results import Cause, Expect
 from subscriptions.models import Subscription
-from tests.builders import make_policy, make_subscription, open_cycle, paid_evidence, reload, unpaid_evidence
+from tests.builders import (
+    clock_reaches,
+    make_policy,
+    make_subscription,
+    open_cycle,
+    paid_evidence,
+    reload,
+    unpaid_evidence,
+)
 from tests.paths import Walker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.race]
@@ -62,7 +70,8 @@ def test_payment_versus_restriction_exactly_one_wins(round_):
         return cycle_accept_transition(cycle_pk=cycle.pk, edge="begin_restriction", expect=expect,
                                        cause=Cause.job("grace_sweep"), evidence=unpaid, now=now)
 
-    results = _race([pay, restrict])
+    with clock_reaches(now):
+        results = _race([pay, restrict])
     accepted = [r for r in results if r.accepted]
     rejected = [r for r in results if not r.accepted]
     assert len(accepted) == 1 and len(rejected) == 1, results

@@ -19,6 +19,7 @@ from datetime import datetime
 
 from dunning.clock import trusted_now
 
+from .contract import _gate_ended_contract_access, _gate_grace_overrun
 from .definitions import (
     ATTRIBUTED_OUTCOMES,
     BATCH,
@@ -72,6 +73,8 @@ def gates_evaluate(*, now: datetime | None = None) -> GatesReport:
         _gate_payment_to_recovery_p99(now, specs),
         _gate_unknown_owned_within_1h(now),
         _gate_blind_retries(),
+        _gate_grace_overrun(now),
+        _gate_ended_contract_access(now, specs),
     )
     order = list(GATE_DEFINITIONS)
     return GatesReport(evaluated_at=now, gates=tuple(sorted(gates, key=lambda g: order.index(g.key))))

@@ -86,4 +86,15 @@ GATE_DEFINITIONS: dict[str, str] = {
         "(cycle + attempt number of the deterministic key dunning-<cycle_id>-attempt-<n>) with an earlier "
         "attempt, or whose key is not the deterministic key of any slot of its cycle; must be 0."
     ),
+    "grace_overrun": (
+        "Grace overrun = cycles still in GRACE_ACTIVE, RETRY_SCHEDULED or RETRY_FAILED whose grace_expires_at "
+        "lies more than one grace_expiry period (60 s) before now, without a PREPARED, DISPATCHING or UNKNOWN "
+        "attempt holding the expiry; must be 0. A scheduled provider retry does not hold grace."
+    ),
+    "ended_contract_access": (
+        "Ended-contract access = enforced subscriptions whose contract has ended (status canceled or "
+        "incomplete_expired, ended_at passed, or cancel_at_period_end with the period end passed, more than one "
+        "contract_deadlines period (60 s) ago) and whose current profile is FULL, plus FULL snapshots issued "
+        "after the contract's end; must be 0."
+    ),
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-JOB_MODULES = ("dunning.jobs.cycle_jobs", "dunning.jobs.messaging", "dunning.jobs.inbox",
+JOB_MODULES = ("dunning.jobs.cycle_jobs", "dunning.jobs.contract_jobs", "dunning.jobs.messaging", "dunning.jobs.inbox",
                "dunning.jobs.reconciliation", "dunning.jobs.alerts",
                "entitlements.push")
 

@@ -47,6 +47,7 @@ from dunning.models import (
     EventOutcome,
     FactKind,
     MonetaryFact,
+    OutboxMessage,
     PaymentAttempt,
     ProviderEvent,
 )
@@ -56,7 +57,7 @@ from dunning.services.alerts import alert_raise, alert_resolve
 from dunning.services.recompute import compute_aggregate
 from dunning.states import AttemptState, CycleState
 from entitlements.profiles import FULL
-from subscriptions.models import Invoice
+from subscriptions.models import Invoice, Subscription
 
 log = logging.getLogger(__name__)
 JOB = "alerts"
@@ -71,14 +72,16 @@ def _setting(name: str, default: Any) -> Any:
     return getattr(settings, name, default)
 
 
-@scheduled_job(JOB, "Alerts: paid but not restored (> 60 s), duplicate charges, failure-rate spike vs 7-day mean")
+@scheduled_job(JOB, "Alerts: paid but not restored (> 60 s), duplicate charges, failure-rate spike vs 7-day mean, "
+                   "provider cancellation unconfirmed after an hour")
 def alerts(run: JobReport) -> None:
     with claim(JOB, 0) as got:
         if not got:
             run.refused += 1
             run.note("another worker is running the alerts job; skipped")
             return
-        for check in (check_paid_not_restored, check_duplicate_charges, check_failure_rate_spike):
+        for check in (check_paid_not_restored, check_duplicate_charges, check_failure_rate_spike,
+                      check_cancel_unconfirmed):
             try:
                 check(run)
             except Exception as exc:  # one broken check must not silence the others
@@ -369,3 +372,39 @@ def check_failure_rate_spike(run: JobReport) -> None:
         now=run.now,
     )
     _count(run, alert)
+
+
+# --------------------------------------------------------------------------- cancellation unconfirmed
+
+
+def _cancel_key(subscription: Subscription) -> str:
+    return f"cancel_unconfirmed:{subscription.provider_subscription_id}"
+
+
+def check_cancel_unconfirmed(run: JobReport) -> None:
+    """A dunning cancellation the provider has not confirmed within the hour: the customer was told
+    the subscription ended while the provider may still invoice and retry them."""
+    limit = timedelta(seconds=float(_setting("DUNNING_PROVIDER_CANCEL_ALERT_SECONDS", 3600)))
+    waiting = Subscription.objects.filter(provider_cancel_requested_at__lte=run.now - limit,
+                                          provider_cancel_confirmed_at__isnull=True)
+    for sub in waiting.order_by("pk").iterator(chunk_size=BATCH):
+        run.examined += 1
+        message = OutboxMessage.objects.filter(topic="provider.cancel_subscription", subscription=sub).first()
+        last_error = message.last_error if message else "no outbox message"
+        alert = alert_raise(
+            kind=AlertKind.CANCEL_UNCONFIRMED, dedupe_key=_cancel_key(sub),
+            detail=(f"Subscription {sub.provider_subscription_id} was canceled by dunning at "
+                    f"{sub.provider_cancel_requested_at.isoformat()} and the provider has not confirmed it; it may "
+                    f"still invoice and retry the customer. Last error: {last_error or 'none'}."),
+            figures={"provider_subscription_id": sub.provider_subscription_id,
+                     "requested_at": sub.provider_cancel_requested_at.isoformat(),
+                     "attempts": message.delivery_attempts if message else 0},
+            now=run.now, subscription=sub,
+        )
+        _count(run, alert)
+    confirmed = Alert.objects.filter(kind=AlertKind.CANCEL_UNCONFIRMED, resolved_at__isnull=True,
+                                     subscription__provider_cancel_confirmed_at__isnull=False)
+    for alert in confirmed:
+        alert_resolve(alert, by=RESOLVED_BY, now=run.now)
+        run.changed += 1
+        run.note(f"resolved {alert.kind} [{alert.dedupe_key}]: the provider confirmed")

@@ -26,7 +26,7 @@ from dunning.services.local_retry import retry_dispatch, retry_resolve
 from dunning.services.ownership import unknown_owner_pick
 from dunning.services.reconcile import reconcile_and_read
 from dunning.services.results import Cause, Evidence, Expect, TransitionResult
-from dunning.states import NO_RETRY_CLASSES, CycleState
+from dunning.states import GRACE_DEADLINE_STATES, NO_RETRY_CLASSES, CycleState
 from subscriptions.providers.base import ProviderError
 
 S = CycleState
@@ -56,12 +56,12 @@ def _each_claimed(run: JobReport, queryset, due_field: str):  # noqa: ANN001, AN
 
 # --- grace expiry and restriction -------------------------------------------------------------
 
-@scheduled_job("grace_expiry", "GRACE_ACTIVE past its expiry with no attempt pending → GRACE_EXPIRED, "
-                               "then restriction only on a fresh unpaid receipt")
+@scheduled_job("grace_expiry", "grace past its deadline (in grace or waiting on a scheduled retry; an attempt in "
+                               "flight holds it) → GRACE_EXPIRED, then restriction only on a fresh unpaid receipt")
 def grace_expiry(run: JobReport) -> None:
-    due = DunningCycle.objects.filter(state=S.GRACE_ACTIVE, grace_expires_at__lte=run.now)
+    due = DunningCycle.objects.filter(state__in=GRACE_DEADLINE_STATES, grace_expires_at__lte=run.now)
     for cycle in _each_claimed(run, due, "grace_expires_at"):
-        if cycle.state != S.GRACE_ACTIVE or cycle.grace_expires_at > run.now:
+        if cycle.state not in GRACE_DEADLINE_STATES or cycle.grace_expires_at > run.now:
             continue  # another worker or an event got there first
         expired = _ask(run, cycle, "expire_grace")
         if expired:

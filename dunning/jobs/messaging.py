@@ -19,6 +19,7 @@ from dunning.models import DunningCycle, DunningPolicy, OutboxMessage
 from dunning.policy_cache import policy_spec
 from dunning.rollout import sends_notifications
 from dunning.services.notifications import notification_deliver
+from dunning.services.provider_cancel import provider_cancel_deliver
 from dunning.states import GRACE_PROFILE_STATES
 
 LEASE = timedelta(seconds=60)
@@ -36,6 +37,7 @@ def _entitlement_changed(message: OutboxMessage, *, now: datetime) -> None:
 
 CONSUMERS: dict[str, Callable[..., object]] = {
     "notification.requested": notification_deliver,
+    "provider.cancel_subscription": provider_cancel_deliver,
     "entitlement.changed": _entitlement_changed,
 }
 

@@ -13,6 +13,7 @@ JOB_CADENCE: dict[str, int] = {
     "unknown_payments": 300,
     "exception_expiry": 60,
     "local_retries": 60,
+    "contract_deadlines": 60,
     "grace_expiry": 60,
     "restriction": 300,
     "cancellation": 3600,

@@ -16,6 +16,7 @@ from dunning.states import (
     AUTO_SETTLEABLE_STATES,
     CONFLICT_RESOLUTIONS,
     EXCEPTION_SOURCE_STATES,
+    GRACE_DEADLINE_STATES,
     OPEN_STATES,
     AttemptState,
     CycleState,
@@ -163,7 +164,10 @@ class DunningCycle(GenerationFenceMixin, ConcurrentTransitionMixin, models.Model
     def return_to_grace(self) -> None:
         pass
 
-    @transition(field=state, source=S.GRACE_ACTIVE, target=S.GRACE_EXPIRED, conditions=ONLY_IN_ACCEPTANCE)
+    # Grace is a deadline, not a retry outcome (SPEC §5): a cycle waiting on a scheduled retry, or
+    # between a failed retry and its return to grace, expires too. The retry stays recorded.
+    @transition(field=state, source=list(GRACE_DEADLINE_STATES), target=S.GRACE_EXPIRED,
+                conditions=ONLY_IN_ACCEPTANCE)
     def expire_grace(self) -> None:
         pass
 

@@ -77,6 +77,7 @@ class AlertKind(models.TextChoices):
     FAILURE_RATE_SPIKE = "FAILURE_RATE_SPIKE", "Payment failure rate above the 7-day mean"
     RECONCILIATION_MISMATCH = "RECONCILIATION_MISMATCH", "Reconciliation found a mismatch"
     UNKNOWN_UNOWNED = "UNKNOWN_UNOWNED", "Unknown payment without an owner"
+    CANCEL_UNCONFIRMED = "CANCEL_UNCONFIRMED", "Provider has not confirmed a cancellation"
 
 
 class Alert(AppendOnlyModel):

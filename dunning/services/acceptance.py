@@ -19,15 +19,15 @@ from django.db.models import Subquery
 from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 
 from dunning.acceptance_scope import acceptance_scope
-from dunning.clock import trusted_now
+from dunning.clock import now_is_not_ahead, trusted_now
 from dunning.deadlocks import retry_on_deadlock
-from dunning.models import DunningCycle, DunningPolicy, MonetaryFact, TransitionReceipt
+from dunning.models import DunningCycle, MonetaryFact, TransitionReceipt
 from dunning.policy_cache import policy_spec, spec_only_policy
 from dunning.services.edges import EDGES
 from dunning.services.guards import EdgeContext, Refusal
 from dunning.services.recompute import settle_subscription
 from dunning.services.results import Cause, Evidence, Expect, TransitionResult
-from dunning.states import OPEN_STATES, TERMINAL_STATES
+from dunning.states import TERMINAL_STATES
 from subscriptions.models import Subscription
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,13 @@ def _accept_locked(
     )
     from_state = cycle.state
     rule = EDGES[edge]
+    if rule.time_guarded:
+        # A catch-up may act at a past `now`, never at one the trusted clock has not reached:
+        # `run_jobs --now <days ahead>` must not take a step early that a later run would finish.
+        ok, clock = now_is_not_ahead(now, ctx.spec.clock)
+        if not ok:
+            raise Refusal("NOW_AFTER_TRUSTED_CLOCK", f"asked at {now.isoformat()}, trusted clock reads "
+                                                     f"{clock.isoformat()}")
     if rule.moves_cycle and not can_proceed(getattr(cycle, edge), check_conditions=False):
         raise Refusal("EDGE_NOT_ALLOWED", f"{edge} is not an edge from {from_state}")
     invoice_changed = _apply_invoice_evidence(ctx)
@@ -114,6 +121,7 @@ def _accept_locked(
         subscription=subscription, changed_cycle=cycle, now=now, cause=cause, edge=edge,
         from_state=from_state, expect=expect, evidence=evidence,
         notification=rule.notification if rule.moves_cycle else "", notes=ctx.notes,
+        side_effects=tuple(ctx.side_effects),
     )
     cycle.subscription = subscription  # the locked row as this transaction leaves it
     return TransitionResult(
@@ -122,69 +130,6 @@ def _accept_locked(
         profile=subscription.entitlement_profile, entitlement_generation=subscription.entitlement_generation,
         snapshot_issued=settled.snapshot_issued, facts_recorded=facts_recorded, cycle=cycle,
     )
-
-
-SUBSCRIPTION_CHANGES = ("reissue_entitlement", "rebind_policy")
-
-
-def subscription_accept_change(
-    *,
-    subscription_pk: int,
-    change: str,
-    expect_root: str,
-    cause: Cause,
-    policy_pk: int | None = None,
-    now: datetime | None = None,
-) -> TransitionResult:
-    """Subscription-level decisions that move no cycle along its edges (SPEC §15 incidents):
-
-    - ``reissue_entitlement``: recompute and issue generation + 1 whatever the decision, so
-      every consumer refreshes (leaving an incident);
-    - ``rebind_policy``: bind the subscription and its open cycles to ``policy_pk`` (an
-      incident rolls a cohort back to the previous version); each open cycle's generation moves,
-      so callers holding the old policy expectation are refused.
-
-    Neither touches invoices, attempts or money facts: an incident never fabricates a payment.
-    """
-    if change not in SUBSCRIPTION_CHANGES:
-        raise ValueError(f"unknown subscription change {change!r}; known: {', '.join(SUBSCRIPTION_CHANGES)}")
-    now = now or trusted_now()
-    try:
-        with transaction.atomic(durable=True), acceptance_scope():
-            subscription = Subscription.objects.select_for_update().get(pk=subscription_pk)
-            if subscription.outstanding_cycle_root != expect_root:
-                raise Refusal("STALE_ROOT", f"expected {expect_root}, found {subscription.outstanding_cycle_root}")
-            notes: list[str] = []
-            if change == "rebind_policy":
-                notes.append(_rebind(subscription, policy_pk))
-            settled = settle_subscription(
-                subscription=subscription, changed_cycle=None, now=now, cause=cause, edge=change, from_state="",
-                expect=None, evidence=Evidence(), notes=notes, force_new_generation=change == "reissue_entitlement",
-            )
-    except Refusal as refusal:
-        return TransitionResult(accepted=False, edge=change, reason=refusal.code, detail=refusal.detail)
-    return TransitionResult(
-        accepted=True, edge=change, receipt_id=settled.receipt.pk, root=subscription.outstanding_cycle_root,
-        profile=subscription.entitlement_profile, entitlement_generation=subscription.entitlement_generation,
-        snapshot_issued=settled.snapshot_issued,
-    )
-
-
-def _rebind(subscription: Subscription, policy_pk: int | None) -> str:
-    policy = DunningPolicy.objects.filter(pk=policy_pk).first()
-    if policy is None:
-        raise Refusal("UNKNOWN_POLICY", f"no published policy {policy_pk}")
-    previous = subscription.policy
-    if previous.pk == policy.pk:
-        raise Refusal("ALREADY_BOUND", f"subscription is already bound to {policy.identity}")
-    subscription.policy = policy
-    subscription.save(update_fields=["policy", "updated_at"])
-    open_cycles = DunningCycle.objects.select_for_update().filter(subscription=subscription, state__in=OPEN_STATES)
-    for cycle in open_cycles:
-        cycle.policy = policy
-        cycle.generation += 1
-        cycle.save()
-    return f"rebound from {previous.identity} to {policy.identity}"
 
 
 def _compare_and_set(expect: Expect, cycle: DunningCycle, subscription: Subscription) -> None:

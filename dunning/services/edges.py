@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from dunning.models import AttemptOrigin, CauseKind, FactKind, PaymentAttempt
+from dunning.contract import ContractView, contract_phase, is_ended
+from dunning.models import AttemptOrigin, CauseKind, FactKind, PaymentAttempt, TransitionReceipt
 from dunning.services.guards import (
     UNPAID_STATUSES,
     EdgeContext,
@@ -182,8 +183,15 @@ def _still_owed(ctx: EdgeContext) -> tuple[str, ...]:
     return (*UNPAID_STATUSES, "paid") if ctx.cycle.dispute_reopened else UNPAID_STATUSES
 
 
+def _require_grace_over(ctx: EdgeContext) -> None:
+    expires = ctx.cycle.grace_expires_at
+    if expires is not None and ctx.now < expires:
+        refuse("GRACE_NOT_EXPIRED", f"grace ends {expires.isoformat()}")
+
+
 def begin_restriction(ctx: EdgeContext) -> None:
     require_restrictions_not_paused(ctx)
+    _require_grace_over(ctx)  # the deadline is re-checked here, not trusted from the expiry step
     require_fresh_invoice_receipt(ctx, _still_owed(ctx), "INVOICE_NOT_UNPAID")
     ctx.cycle.begin_restriction()
 
@@ -192,24 +200,60 @@ def complete_restriction(ctx: EdgeContext) -> None:
     ctx.cycle.complete_restriction(now=ctx.now)
 
 
+def _require_cancel_due(ctx: EdgeContext) -> None:
+    due_after = ctx.spec.cancel_after_restricted
+    if ctx.spec.cancel_after != "MANUAL_OR_POLICY_TERMINAL" or due_after is None:
+        refuse("CANCEL_NOT_DUE", "this policy cancels only by a support decision")
+    due = (ctx.cycle.restricted_at or ctx.now) + due_after
+    if ctx.now < due:
+        refuse("CANCEL_NOT_DUE", f"cancellation is due {due.isoformat()}")
+
+
 def request_cancellation(ctx: EdgeContext) -> None:
     manual = ctx.cause.kind == CauseKind.USER
     if manual:
         require_staff_decision(ctx)
     else:
         require_restrictions_not_paused(ctx)
-        due_after = ctx.spec.cancel_after_restricted
-        if ctx.spec.cancel_after != "MANUAL_OR_POLICY_TERMINAL" or due_after is None:
-            refuse("CANCEL_NOT_DUE", "this policy cancels only by a support decision")
-        due = ctx.cycle.restricted_at + due_after
-        if ctx.now < due:
-            refuse("CANCEL_NOT_DUE", f"cancellation is due {due.isoformat()}")
+        _require_cancel_due(ctx)
     ctx.cycle.request_cancellation(now=ctx.now)
 
 
+def _requested_by_staff(ctx: EdgeContext) -> bool:
+    asked = (TransitionReceipt.objects.filter(cycle=ctx.cycle, edge="request_cancellation", accepted=True)
+             .order_by("-pk").values_list("cause_kind", flat=True).first())
+    return asked == CauseKind.USER
+
+
 def cancel(ctx: EdgeContext) -> None:
+    if ctx.cause.kind != CauseKind.USER:
+        # The incident switch holds CANCEL_PENDING → CANCELED too, and an automatic cancellation
+        # re-checks its own deadline (a staff request was its own decision).
+        require_restrictions_not_paused(ctx)
+        if not _requested_by_staff(ctx):
+            _require_cancel_due(ctx)
     require_fresh_invoice_receipt(ctx, _still_owed(ctx), "INVOICE_NOT_UNPAID")
     ctx.cycle.cancel(now=ctx.now)
+    _carry_cancellation_to_provider(ctx)
+
+
+def _carry_cancellation_to_provider(ctx: EdgeContext) -> None:
+    """The provider must stop invoicing a customer we told the subscription ended: its
+    subscription is canceled through the outbox after commit, under one idempotency key."""
+    sub = ctx.subscription
+    if is_ended(contract_phase(ContractView.of(sub), ctx.now)):
+        ctx.notes.append("contract already ended at the provider; nothing to cancel there")
+        return
+    if sub.provider_cancel_requested_at is not None:
+        return  # asked once already (another cycle of this subscription); that request stands
+    sub.provider_cancel_requested_at = ctx.now
+    sub.save(update_fields=["provider_cancel_requested_at", "updated_at"])
+    key = f"provider-cancel:{sub.pk}"
+    ctx.side_effects.append(("provider.cancel_subscription", key, {
+        "subscription": sub.pk, "provider_subscription_id": sub.provider_subscription_id,
+        "idempotency_key": f"dunning-cancel-{sub.provider_subscription_id}", "cycle": str(ctx.cycle.cycle_id),
+    }))
+    ctx.notes.append("cancellation requested at the provider")
 
 
 def _resolve_pending_attempt_as_paid(ctx: EdgeContext) -> None:
@@ -289,6 +333,7 @@ class Edge:
     apply: Callable[[EdgeContext], None]
     moves_cycle: bool = True
     notification: str = ""
+    time_guarded: bool = False  # its guard compares a deadline with `now`: `now` may not be ahead of the clock
 
 
 EDGES: dict[str, Edge] = {
@@ -302,17 +347,17 @@ EDGES: dict[str, Edge] = {
     "mark_unknown": Edge(mark_unknown),
     "assign_unknown_owner": Edge(assign_unknown_owner),
     "return_to_grace": Edge(return_to_grace),
-    "expire_grace": Edge(expire_grace),
-    "begin_restriction": Edge(begin_restriction),
-    "complete_restriction": Edge(complete_restriction, notification="access_restricted"),
-    "request_cancellation": Edge(request_cancellation),
-    "cancel": Edge(cancel, notification="subscription_canceled"),
+    "expire_grace": Edge(expire_grace, time_guarded=True),
+    "begin_restriction": Edge(begin_restriction, time_guarded=True),
+    "complete_restriction": Edge(complete_restriction, notification="access_restricted", time_guarded=True),
+    "request_cancellation": Edge(request_cancellation, time_guarded=True),
+    "cancel": Edge(cancel, notification="subscription_canceled", time_guarded=True),
     "recover": Edge(recover, notification="payment_recovered"),
     "close_void": Edge(close_void),
     "flag_conflict": Edge(flag_conflict),
     "resolve_conflict": Edge(resolve_conflict),
     "grant_exception": Edge(grant_exception, notification="exception_granted"),
-    "expire_exception": Edge(expire_exception),
+    "expire_exception": Edge(expire_exception, time_guarded=True),
     "reopen_after_dispute": Edge(reopen_after_dispute, notification="payment_failed"),
     "record_evidence": Edge(record_evidence, moves_cycle=False),
 }

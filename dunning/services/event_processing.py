@@ -17,11 +17,11 @@ from dunning.clock import trusted_now
 from dunning.deadlocks import retry_on_deadlock
 from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, PaymentAttempt, ProviderEvent
 from dunning.services.acceptance import cycle_accept_transition
-from dunning.services.opening import InvoiceFacts, cycle_open_for_invoice
+from dunning.services.opening import InvoiceFacts, OpeningRefused, cycle_open_for_invoice
 from dunning.services.receipts import receipt_record
 from dunning.services.reconcile import cycle_reconcile_with_invoice
 from dunning.services.results import Cause, Evidence, Expect, FactSpec
-from dunning.services.subscription_import import subscription_import
+from dunning.services.subscription_import import ContractRefused, subscription_import
 from dunning.states import CycleState
 from subscriptions.models import Invoice, Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderIndeterminate, ProviderInvoice, ProviderNotFound
@@ -94,7 +94,7 @@ def _process(event: ProviderEvent, provider: PaymentProvider, now: datetime) -> 
     obj = event.payload["data"]["object"]
     cause = Cause.event(event.event_id)
     if kind.startswith("customer.subscription."):
-        return _subscription_event(p, provider, obj["id"], cause, now)
+        return _subscription_event(p, event, provider, obj["id"], cause, now)
     if kind.startswith("invoice."):
         if not obj.get("id"):
             return p.finish(EventOutcome.IGNORED, f"{kind} has no invoice id (upcoming invoices are previews)")
@@ -106,13 +106,25 @@ def _process(event: ProviderEvent, provider: PaymentProvider, now: datetime) -> 
     return p.finish(EventOutcome.IGNORED, f"event type {kind} is not used for dunning")
 
 
-def _subscription_event(p: Processing, provider: PaymentProvider, sub_id: str, cause: Cause,
+def _subscription_event(p: Processing, event: ProviderEvent, provider: PaymentProvider, sub_id: str, cause: Cause,
                         now: datetime) -> Processing:
-    remote = provider.fetch_subscription(sub_id)
-    sub, created = subscription_import(remote, cause=cause, now=now)
-    p.subscription = sub
-    return p.finish(EventOutcome.APPLIED if created else EventOutcome.NO_CHANGE,
-                    "imported with its first snapshot" if created else f"provider status {remote.status}")
+    try:
+        remote = provider.fetch_subscription(sub_id)
+    except ProviderNotFound:
+        return p.finish(EventOutcome.QUARANTINED, f"provider has no subscription {sub_id}")
+    try:
+        intake = subscription_import(remote, cause=cause, now=now, fetched_at=trusted_now(), event=event)
+    except ContractRefused as refused:
+        p.subscription = Subscription.objects.filter(provider="stripe", provider_subscription_id=sub_id).first()
+        return p.finish(EventOutcome.QUARANTINED, f"contract not applied: {refused.code}: {refused.detail}")
+    p.subscription = intake.subscription
+    if intake.created:
+        return p.finish(EventOutcome.APPLIED, "imported with its first snapshot")
+    result = intake.result
+    if result is None or not result.accepted:
+        return p.finish(EventOutcome.NO_CHANGE, f"contract_update refused: {result.reason if result else '?'}")
+    return p.finish(EventOutcome.APPLIED if intake.changed else EventOutcome.NO_CHANGE,
+                    f"provider status {remote.status}; {result.detail}")
 
 
 def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProvider, invoice_id: str,
@@ -135,12 +147,23 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
         return p.finish(EventOutcome.UNATTRIBUTABLE, f"invoice {invoice_id} belongs to no subscription")
     sub = Subscription.objects.filter(provider="stripe", provider_subscription_id=inv.subscription_id).first()
     if sub is None:
-        sub, _ = subscription_import(provider.fetch_subscription(inv.subscription_id), cause=cause, now=now)
+        try:
+            sub = subscription_import(provider.fetch_subscription(inv.subscription_id), cause=cause, now=now,
+                                      event=event).subscription
+        except ContractRefused as refused:
+            return p.finish(EventOutcome.QUARANTINED, f"subscription {inv.subscription_id} not imported: "
+                                                      f"{refused.code}: {refused.detail}")
         p.detail.append(f"imported subscription {inv.subscription_id}")
     p.subscription = sub
     if sub.provider_account and inv.account and sub.provider_account != inv.account:
         return p.finish(EventOutcome.QUARANTINED, f"subscription belongs to {sub.provider_account}")
-    cycle = _cycle_for(sub, inv, cause, now)
+    try:
+        cycle = _cycle_for(sub, inv, cause, now)
+    except OpeningRefused as refused:
+        receipt_record(object_type="invoice", body=inv.raw, account=inv.account, fetched_at=fetched_at,
+                       cause_event=event)
+        return p.finish(EventOutcome.QUARANTINED, f"no cycle opened for invoice {inv.id}: {refused.code}: "
+                                                  f"{refused.detail}")
     p.invoice, p.cycle = cycle.invoice, cycle
     receipt = receipt_record(object_type="invoice", body=inv.raw, invoice=cycle.invoice, account=inv.account,
                              fetched_at=fetched_at, cause_event=event)
@@ -171,7 +194,7 @@ def _cycle_for(sub: Subscription, inv: ProviderInvoice, cause: Cause, now: datet
         invoice=InvoiceFacts(provider_invoice_id=inv.id, amount_due=inv.amount_due, currency=inv.currency,
                              status=inv.status, amount_paid=0, attempt_count=0, next_payment_attempt=None,
                              period_start=inv.period_start, period_end=inv.period_end,
-                             hosted_invoice_url=inv.hosted_invoice_url),
+                             hosted_invoice_url=inv.hosted_invoice_url, price_ids=tuple(inv.price_ids)),
     )
 
 

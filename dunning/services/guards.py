@@ -46,6 +46,8 @@ class EdgeContext:
     params: dict[str, Any]
     pending_attempt: PaymentAttempt | None
     notes: list[str] = field(default_factory=list)
+    # Outbox rows the edge asks for, written with its receipt: (topic, dedupe key, payload).
+    side_effects: list[tuple[str, str, dict]] = field(default_factory=list)
 
     def param(self, name: str, *, required: bool = True, default: Any = None) -> Any:
         if name in self.params:

@@ -14,8 +14,8 @@ from typing import Any
 
 from dunning.clock import trusted_now
 from dunning.models import DunningPolicy, IncidentSwitch
-from dunning.services.acceptance import subscription_accept_change
 from dunning.services.results import Cause
+from dunning.services.subscription_acceptance import subscription_accept_change
 from subscriptions.models import Subscription
 
 

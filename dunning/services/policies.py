@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -47,11 +48,19 @@ def policy_publish(*, text: str, user: Any = None, now: datetime | None = None) 
 def policy_for_price(price_id: str, *, cohort: str = "default") -> DunningPolicy:
     """The newest published policy whose applies_to lists the price (and cohort); else the newest
     default policy. A legacy plan id is matched like a price id."""
+    return policy_for_prices((price_id,), cohort=cohort)
+
+
+def policy_for_prices(price_ids: Sequence[str], *, cohort: str = "default") -> DunningPolicy:
+    """The policy for a set of prices (an invoice's lines, a subscription's items): the newest
+    policy listing the first price that any policy lists, else the newest default policy."""
     policies = list(DunningPolicy.objects.order_by("-published_at", "-version"))
-    for policy in policies:
-        if price_id in policy.prices and policy.cohort in (cohort, "*"):
-            return policy
+    for price_id in price_ids:
+        for policy in policies:
+            if price_id in policy.prices and policy.cohort in (cohort, "*"):
+                return policy
     for policy in policies:
         if policy.is_default:
             return policy
-    raise NoPolicyError(f"no published policy applies to price {price_id!r} and there is no default policy")
+    shown = ", ".join(repr(p) for p in price_ids) or "no price"
+    raise NoPolicyError(f"no published policy applies to {shown} and there is no default policy")

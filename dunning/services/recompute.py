@@ -10,13 +10,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dunning.aggregate import CycleView, Decision, aggregate_decision, outstanding_root
+from dunning.clock import trusted_now
+from dunning.contract import ContractView, contract_phase, contract_says
 from dunning.models import DunningCycle, OutboxMessage, TransitionReceipt
 from dunning.policy_cache import policy_spec
+from dunning.policy_document import PolicyDocument
 from dunning.rollout import enforces_access, sends_notifications
 from dunning.services.results import Cause, Evidence, Expect
 from dunning.states import DELINQUENT_STATES
 from entitlements.models import EntitlementSnapshot
-from entitlements.profiles import get_profile
+from entitlements.profiles import get_profile, most_restrictive
 from subscriptions.models import Subscription
 
 
@@ -50,12 +53,23 @@ def subscription_views(subscription: Subscription, changed_cycle: DunningCycle |
     return views
 
 
-def compute_aggregate(subscription: Subscription, changed_cycle: DunningCycle | None) -> tuple[str, Decision]:
+def compute_aggregate(subscription: Subscription, changed_cycle: DunningCycle | None,
+                      now: datetime | None = None) -> tuple[str, Decision]:
+    """The root over blocking cycles, and the decision: the debt line's profile, never looser
+    than what the contract line allows at `now` (SPEC §7)."""
     views = subscription_views(subscription, changed_cycle)
     spec = policy_spec(subscription.policy)
-    return outstanding_root(views), aggregate_decision(
-        views, recover_with_remaining_debt=spec.recover_with_remaining_debt
-    )
+    debt = aggregate_decision(views, recover_with_remaining_debt=spec.recover_with_remaining_debt)
+    return outstanding_root(views), with_contract(debt, subscription, spec, now or trusted_now())
+
+
+def with_contract(debt: Decision, subscription: Subscription, spec: PolicyDocument, now: datetime) -> Decision:
+    _, ceiling, why = contract_says(ContractView.of(subscription), spec, now)
+    strictest = most_restrictive((debt.profile, ceiling))
+    if strictest == debt.profile:
+        reason = debt.reason if ceiling == "FULL" else f"{debt.reason}; {why}"
+        return Decision(debt.profile, reason, debt.blocking_count)
+    return Decision(strictest, f"{why}; {debt.reason}", debt.blocking_count)
 
 
 @dataclass(frozen=True)
@@ -78,9 +92,10 @@ def settle_subscription(
     notes: list[str] | None = None,
     force_new_generation: bool = False,
     first_snapshot: bool = False,
+    side_effects: tuple[tuple[str, str, dict], ...] = (),
 ) -> Settled:
     root_before = subscription.outstanding_cycle_root
-    root, decision = compute_aggregate(subscription, changed_cycle)
+    root, decision = compute_aggregate(subscription, changed_cycle, now)
     spec = policy_spec(subscription.policy)
     key = subscription.provider_subscription_id
     # A subscription's first snapshot is issued whatever the mode: runtime services must be able
@@ -117,7 +132,11 @@ def settle_subscription(
             "profile": profile.name, "capabilities": profile.capabilities(), "reason": decision.reason,
             "issued_at": now.isoformat(),
         }, now)
-    if issue or root != root_before:
+    phase = contract_phase(ContractView.of(subscription), now)
+    if phase != subscription.contract_phase:
+        subscription.contract_phase = phase
+        update_fields.append("contract_phase")
+    if issue or root != root_before or "contract_phase" in update_fields:
         # Evidence that moved nothing leaves the row (and its history) alone; the receipt records it.
         subscription.row_version += 1
         subscription.save(update_fields=update_fields)
@@ -130,6 +149,8 @@ def settle_subscription(
                     "template": notification, "template_generation": spec.template_generation,
                     "state": changed_cycle.state,
                 }, now)
+    for topic, dedupe_key, payload in side_effects:  # e.g. a provider call an edge asked for
+        _outbox(receipt, topic, dedupe_key, payload, now)
     return Settled(receipt=receipt, snapshot_issued=issue)
 
 

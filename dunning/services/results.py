@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from dunning.models import CauseKind, DunningCycle
+from subscriptions.providers.base import ProviderSubscription
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,41 @@ class InvoiceUpdate:
     amount_paid: int
     attempt_count: int
     next_payment_attempt: datetime | None
+
+
+@dataclass(frozen=True)
+class ContractUpdate:
+    """The contract as one fresh provider fetch shows it, stamped with the fetch time (the fence:
+    a read older than the newest one applied is refused, so it never rolls a contract back)."""
+
+    status: str
+    price_ids: tuple[str, ...]
+    interval: str
+    fetched_at: datetime
+    cancel_at_period_end: bool = False
+    current_period_end: datetime | None = None
+    ended_at: datetime | None = None
+    pause_behavior: str = ""
+    pause_resumes_at: datetime | None = None
+    trial_end: datetime | None = None
+
+    def mirror_fields(self) -> dict[str, Any]:
+        """The Subscription columns this read sets (the contract line's mirror)."""
+        return {
+            "provider_status": self.status, "cancel_at_period_end": self.cancel_at_period_end,
+            "current_period_end": self.current_period_end, "contract_ended_at": self.ended_at,
+            "pause_behavior": self.pause_behavior, "pause_resumes_at": self.pause_resumes_at,
+            "trial_end": self.trial_end,
+        }
+
+    @classmethod
+    def from_provider(cls, remote: ProviderSubscription, *, fetched_at: datetime) -> ContractUpdate:
+        ended = remote.ended_at or (remote.canceled_at if remote.status == "canceled" else None)
+        return cls(status=remote.status, price_ids=tuple(remote.price_ids), interval=remote.interval or "month",
+                   fetched_at=fetched_at, cancel_at_period_end=remote.cancel_at_period_end,
+                   current_period_end=remote.current_period_end, ended_at=ended,
+                   pause_behavior=remote.pause_behavior, pause_resumes_at=remote.pause_resumes_at,
+                   trial_end=remote.trial_end)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dunning.clock import trusted_now
 from dunning.models import DunningCycle, DunningPolicy, OutboxMessage, TransitionReceipt
 from dunning.policy_cache import policy_spec
 from dunning.rollout import enforces_access
-from dunning.services.recompute import cycle_view
+from dunning.services.recompute import cycle_view, with_contract
 from dunning.states import DELINQUENT_STATES, CycleState
 from dunning.verdicts import CycleReview, Notice, PolicyFacts, SubscriptionReview, Verdict, evaluate
 from subscriptions.models import Subscription
@@ -99,14 +99,14 @@ def subscription_review(subscription: Subscription, *, now: datetime) -> Subscri
             suspended_state=cycle.suspended_state, settled_at=cycle.settled_at,
             settled_receipt_id=audit.get("settled"), audit_ref=audit.get("latest"),
             notices=tuple(notices.get(str(cycle.cycle_id), ())), invoice_ref=cycle.invoice.provider_invoice_id,
-            invoice_status=cycle.invoice.status,
+            invoice_status=cycle.invoice.status, invoice_prices=tuple(cycle.invoice.price_ids or ()),
         ))
 
     spec = policy_spec(sub.policy)
-    decision = aggregate_decision(
+    decision = with_contract(aggregate_decision(
         [cycle_view(c) for c in cycles if c.state in DELINQUENT_STATES],
         recover_with_remaining_debt=spec.recover_with_remaining_debt,
-    )
+    ), sub, spec, now)
     return SubscriptionReview(
         subscription_id=str(sub.pk), billing_interval=sub.billing_interval, price_id=sub.price_id,
         entitlement_profile=sub.entitlement_profile, policy=facts_for(sub.policy), now=now,

@@ -13,7 +13,7 @@ from typing import Any
 
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, IncidentSwitch, ProviderReceipt
-from dunning.services.acceptance import cycle_accept_transition, subscription_accept_change
+from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.cycle_reads import cycle_read
 from dunning.services.fresh import invoice_fetch_fresh, receipt_evidence
 from dunning.services.incidents import (
@@ -24,6 +24,7 @@ from dunning.services.incidents import (
     previous_policy_version,
 )
 from dunning.services.results import Cause, Expect, TransitionResult
+from dunning.services.subscription_acceptance import subscription_accept_change
 from subscriptions.models import Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderError
 

@@ -58,6 +58,25 @@ class VerdictSerializer(serializers.Serializer):
     blockers = serializers.ListField(child=serializers.DictField())
 
 
+class ContractSerializer(serializers.Serializer):
+    """The contract line: the provider subscription as last fetched, and what access it allows."""
+
+    status = serializers.CharField(help_text="The provider's status as last fetched.")
+    phase = serializers.CharField(help_text="The state access was decided on; an ended contract reads canceled.")
+    price_id = serializers.CharField()
+    billing_interval = serializers.CharField()
+    cancel_at_period_end = serializers.BooleanField()
+    current_period_end = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    paused = serializers.CharField(allow_blank=True, help_text="The pause behaviour; empty when not paused.")
+    pause_resumes_at = serializers.DateTimeField(allow_null=True)
+    trial_end = serializers.DateTimeField(allow_null=True)
+    revision = serializers.IntegerField()
+    provider_cancellation = serializers.ChoiceField(
+        choices=["requested", "confirmed"], allow_null=True,
+        help_text="A dunning cancellation carried to the provider: requested until the provider confirms it.")
+
+
 class SubscriptionSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     provider = serializers.CharField()
@@ -71,6 +90,7 @@ class SubscriptionSerializer(serializers.Serializer):
     entitlement_generation = serializers.IntegerField()
     blocking_cycles = CycleSerializer(many=True)
     verdict = VerdictSerializer(allow_null=True)
+    contract = ContractSerializer()
 
 
 class TransitionSerializer(serializers.ModelSerializer):

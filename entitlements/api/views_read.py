@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dunning.models import TransitionReceipt
+from dunning.services.provider_cancel import cancellation_state
 from dunning.services.review import subscription_verdict
 from entitlements.api.auth import CanReadBilling, CanReadEntitlements
 from entitlements.api.problems import problem_responses
@@ -111,6 +112,15 @@ class SubscriptionDetailView(APIView):
             "entitlement_generation": subscription.entitlement_generation,
             "blocking_cycles": subscription_blocking_cycles(subscription),
             "verdict": subscription_verdict(subscription).as_dict(),
+            "contract": {
+                "status": subscription.provider_status, "phase": subscription.contract_phase,
+                "price_id": subscription.price_id, "billing_interval": subscription.billing_interval,
+                "cancel_at_period_end": subscription.cancel_at_period_end,
+                "current_period_end": subscription.current_period_end, "ended_at": subscription.contract_ended_at,
+                "paused": subscription.pause_behavior, "pause_resumes_at": subscription.pause_resumes_at,
+                "trial_end": subscription.trial_end, "revision": subscription.contract_revision,
+                "provider_cancellation": cancellation_state(subscription) or None,
+            },
         }
         return Response(SubscriptionSerializer(data).data)
 

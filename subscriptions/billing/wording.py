@@ -72,8 +72,36 @@ class AccessText:
     profile: str
 
 
+def contract_text(sub: Subscription, now: datetime) -> str:
+    """The contract in plain words ('' when it is simply running)."""
+    if sub.contract_phase in ("canceled", "incomplete_expired"):
+        ended = f" on {day(sub.contract_ended_at, now)}" if sub.contract_ended_at else ""
+        if sub.provider_cancel_requested_at and sub.provider_cancel_confirmed_at is None:
+            return "Your subscription was canceled for the unpaid invoice; no new invoices will be issued."
+        return f"Your subscription ended{ended}. Our support team can still export your data for you."
+    if sub.provider_cancel_requested_at and sub.provider_cancel_confirmed_at is None:
+        return "Your subscription was canceled for the unpaid invoice; no new invoices will be issued."
+    if sub.contract_phase == "paused":
+        until = f" until {day(sub.pause_resumes_at, now)}" if sub.pause_resumes_at else ""
+        return f"Your subscription is paused{until}."
+    if sub.cancel_at_period_end and sub.current_period_end:
+        return f"Your subscription ends on {day(sub.current_period_end, now)}, as you asked."
+    return ""
+
+
 def access_text(sub: Subscription, cycles: list[DunningCycle], now: datetime) -> AccessText:
     """E.g. "Full access until 7 December; after that read and export only"."""
+    debt = _debt_text(sub, cycles, now)
+    contract = contract_text(sub, now)
+    if not contract:
+        return debt
+    if sub.contract_phase in ("canceled", "incomplete_expired", "paused"):
+        words = summary(sub.entitlement_profile)
+        return AccessText(f"{contract} {words[0].upper()}{words[1:]}.", debt.profile)
+    return AccessText(f"{debt.headline} {contract}", debt.profile)
+
+
+def _debt_text(sub: Subscription, cycles: list[DunningCycle], now: datetime) -> AccessText:
     profile = sub.entitlement_profile
     now_words = summary(profile)
     blocking = [c for c in cycles if is_blocking(cycle_view(c))]
