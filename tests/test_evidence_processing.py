@@ -229,3 +229,38 @@ def test_contradicting_receipts_put_the_cycle_in_evidence_conflict(sim):
     assert paid.provider_ref in cycle.conflict_reason
     assert cycle.subscription.entitlement_profile == "FULL"
     assert MonetaryFact.objects.filter(pk=paid.pk).exists()
+
+
+def test_a_draft_may_change_until_it_is_final_and_the_failure_then_enters_dunning(sim):
+    """Usage lines added to a draft before finalization are legitimate: the cycle takes the final
+    amount, and the renewal's failure is dunned instead of quarantined (issue 15, item 2)."""
+    customer, sub_id = subscribe(sim)
+    sim.deliver_all()
+    invoice_id = sim.create_renewal_invoice(sub_id, finalize=False)
+    sim.deliver_all()
+    draft = local_cycle(invoice_id)
+    assert (draft.invoice.status, draft.amount) == ("draft", 4900)
+    sim.store.get(invoice_id)["amount_due"] = 5600  # a usage line added while the invoice is a draft
+    sim.finalize(invoice_id)
+    sim.set_card(customer, "insufficient_funds")
+    sim.provider_attempt(invoice_id)
+    sim.deliver_all()
+    cycle = local_cycle(invoice_id)
+    assert cycle.amount == 5600 and cycle.state in ("GRACE_ACTIVE", "RETRY_SCHEDULED"), cycle.state
+    assert not ProviderEvent.objects.filter(outcome=EventOutcome.QUARANTINED).exists()
+    revised = Receipt.objects.get(cycle=cycle, edge="revise_draft_amount", accepted=True)
+    assert "4900 → 5600" in revised.detail
+
+
+def test_after_finalization_a_changed_amount_is_quarantined_with_both_amounts(sim):
+    customer, sub_id = subscribe(sim)
+    sim.deliver_all()
+    invoice_id = sim.create_renewal_invoice(sub_id)
+    sim.deliver_all()
+    sim.store.get(invoice_id)["amount_due"] = 5600
+    sim.set_card(customer, "insufficient_funds")
+    sim.provider_attempt(invoice_id)
+    sim.deliver_all()
+    held = ProviderEvent.objects.filter(outcome=EventOutcome.QUARANTINED).first()
+    assert held is not None and "cycle holds 4900 usd, provider shows 5600 usd" in held.outcome_detail
+    assert local_cycle(invoice_id).state == "CURRENT"

@@ -93,6 +93,7 @@ def _accept_locked(
     ctx = EdgeContext(
         cycle=cycle, subscription=subscription, invoice=cycle.invoice, spec=policy_spec(cycle.policy),
         now=now, cause=cause, evidence=evidence, params=params, pending_attempt=cycle.pending_attempt,
+        invoice_status_before=cycle.invoice.status,
     )
     from_state = cycle.state
     rule = EDGES[edge]
@@ -111,7 +112,7 @@ def _accept_locked(
         rule.apply(ctx)
     except TransitionNotAllowed:
         raise Refusal("EDGE_NOT_ALLOWED", f"{edge} is not an edge from {from_state}") from None
-    if from_state not in TERMINAL_STATES and (rule.moves_cycle or invoice_changed):
+    if from_state not in TERMINAL_STATES and (rule.moves_cycle or rule.writes_cycle or invoice_changed):
         cycle.generation += 1
         try:
             cycle.save()

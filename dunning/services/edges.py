@@ -324,6 +324,22 @@ def reopen_after_dispute(ctx: EdgeContext) -> None:
     ctx.cycle.reopen_after_dispute()
 
 
+def revise_draft_amount(ctx: EdgeContext) -> None:
+    """A draft invoice may still change (usage lines added before finalization): the cycle takes
+    the amount the invoice has when it is finalized, not the one of its first sighting. Once the
+    mirror is final, an amount change is not revised here; the caller quarantines it."""
+    if ctx.invoice_status_before != "draft":
+        refuse("INVOICE_ALREADY_FINAL", f"invoice was {ctx.invoice_status_before or 'unknown'} before this "
+                                        "receipt; a final invoice's amount is fixed")
+    if ctx.cycle.state != S.CURRENT:
+        refuse("EDGE_NOT_ALLOWED", f"a draft's amount is revised only while the cycle is CURRENT, "
+                                   f"not {ctx.cycle.state}")
+    if ctx.evidence.invoice is None:
+        refuse("FRESH_RECEIPT_REQUIRED", "the revised amount comes from a fresh fetch of the invoice")
+    ctx.notes.append(f"draft amount {ctx.cycle.amount} → {ctx.invoice.amount_due} {ctx.invoice.currency}")
+    ctx.cycle.amount = ctx.invoice.amount_due
+
+
 def record_evidence(ctx: EdgeContext) -> None:
     """No state change: the receipt and facts are recorded and the aggregate recomputed."""
 
@@ -334,6 +350,7 @@ class Edge:
     moves_cycle: bool = True
     notification: str = ""
     time_guarded: bool = False  # its guard compares a deadline with `now`: `now` may not be ahead of the clock
+    writes_cycle: bool = False  # moves no state but changes a cycle field, so the generation moves
 
 
 EDGES: dict[str, Edge] = {
@@ -360,4 +377,5 @@ EDGES: dict[str, Edge] = {
     "expire_exception": Edge(expire_exception, time_guarded=True),
     "reopen_after_dispute": Edge(reopen_after_dispute, notification="payment_failed"),
     "record_evidence": Edge(record_evidence, moves_cycle=False),
+    "revise_draft_amount": Edge(revise_draft_amount, moves_cycle=False, writes_cycle=True),
 }

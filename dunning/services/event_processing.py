@@ -19,7 +19,7 @@ from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, P
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.opening import InvoiceFacts, OpeningRefused, cycle_open_for_invoice
 from dunning.services.receipts import receipt_record
-from dunning.services.reconcile import cycle_reconcile_with_invoice
+from dunning.services.reconcile import cycle_reconcile_with_invoice, invoice_update
 from dunning.services.results import Cause, Evidence, Expect, FactSpec
 from dunning.services.subscription_import import ContractRefused, subscription_import
 from dunning.states import CycleState
@@ -167,6 +167,8 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
     p.invoice, p.cycle = cycle.invoice, cycle
     receipt = receipt_record(object_type="invoice", body=inv.raw, invoice=cycle.invoice, account=inv.account,
                              fetched_at=fetched_at, cause_event=event)
+    if cycle.invoice.status == "draft" and cycle.state == CycleState.CURRENT and inv.amount_due != cycle.amount:
+        cycle = _revise_draft_amount(p, cycle, inv, receipt, cause, fetched_at)
     mismatch = _amount_mismatch(cycle, inv)
     if mismatch:
         return p.finish(EventOutcome.QUARANTINED, mismatch)
@@ -198,11 +200,24 @@ def _cycle_for(sub: Subscription, inv: ProviderInvoice, cause: Cause, now: datet
     )
 
 
+def _revise_draft_amount(p: Processing, cycle: DunningCycle, inv: ProviderInvoice, receipt, cause: Cause,  # noqa: ANN001
+                         now: datetime) -> DunningCycle:
+    """A draft's amount is not final: the cycle follows it until the invoice is finalized."""
+    current = DunningCycle.objects.select_related("invoice", "subscription", "pending_attempt").get(pk=cycle.pk)
+    result = cycle_accept_transition(cycle_pk=cycle.pk, edge="revise_draft_amount", expect=Expect.from_cycle(current),
+                                     cause=cause, evidence=Evidence(receipt=receipt, invoice=invoice_update(inv)),
+                                     now=now)
+    p.detail.append(f"revise_draft_amount: {'accepted' if result.accepted else result.reason}")
+    return result.cycle if result.accepted else current
+
+
 def _amount_mismatch(cycle: DunningCycle, inv: ProviderInvoice) -> str:
     if inv.currency != cycle.currency:
-        return f"currency changed from {cycle.currency} to {inv.currency}"
+        return (f"currency changed after the invoice was final: cycle holds {cycle.currency}, "
+                f"provider shows {inv.currency}")
     if inv.amount_due != cycle.amount:
-        return f"amount due changed from {cycle.amount} to {inv.amount_due}"
+        return (f"amount due changed after the invoice was final: cycle holds {cycle.amount} {cycle.currency}, "
+                f"provider shows {inv.amount_due} {inv.currency}")
     return ""
 
 

@@ -48,6 +48,8 @@ class EdgeContext:
     notes: list[str] = field(default_factory=list)
     # Outbox rows the edge asks for, written with its receipt: (topic, dedupe key, payload).
     side_effects: list[tuple[str, str, dict]] = field(default_factory=list)
+    # The invoice mirror's status before this acceptance applied the evidence.
+    invoice_status_before: str = ""
 
     def param(self, name: str, *, required: bool = True, default: Any = None) -> Any:
         if name in self.params:
