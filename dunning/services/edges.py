@@ -135,6 +135,11 @@ def dispatch_retry(ctx: EdgeContext) -> None:
 
 
 def retry_failed(ctx: EdgeContext) -> None:
+    if ctx.cause.kind == CauseKind.USER:
+        # A person deciding an unknown payment failed (its key past the provider's retention):
+        # as for conflicts, the decision must agree with a fresh receipt of the invoice.
+        require_staff_decision(ctx)
+        require_fresh_invoice_receipt(ctx, UNPAID_STATUSES, "DECISION_CONTRADICTS_RECEIPT")
     failure_class, decline_code, no_retry = _failure_from_params(ctx)
     if ctx.cycle.state == S.RETRY_SCHEDULED:
         if ctx.spec.retry_authority != "PAYMENT_PROVIDER":

@@ -23,10 +23,13 @@ from dunning.services.incidents import (
     incident_start,
     previous_policy_version,
 )
-from dunning.services.results import Cause, Expect, TransitionResult
+from dunning.services.receipts import receipt_record
+from dunning.services.reconcile import invoice_facts, invoice_update
+from dunning.services.results import Cause, Evidence, Expect, TransitionResult
 from dunning.services.subscription_acceptance import subscription_accept_change
 from subscriptions.models import Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderError
+from subscriptions.providers.registry import get_provider
 
 
 def _accept(*, cycle: DunningCycle, edge: str, user: Any, reason: str, ticket: str, now: datetime | None,
@@ -123,3 +126,56 @@ def subscription_rebind_to_previous(*, subscription_pk: int, user: Any, reason: 
         subscription_pk=sub.pk, change="rebind_policy", expect_root=sub.outstanding_cycle_root,
         cause=Cause.staff(user, reason=reason, ticket=ticket), policy_pk=target.pk, now=now,
     )
+
+
+UNKNOWN_DECISIONS = ("PAID", "FAILED")
+
+
+def cycle_resolve_unknown(*, cycle_pk: int, user: Any, decision: str, reason: str, ticket: str,
+                          now: datetime | None = None, provider: PaymentProvider | None = None) -> ConflictDecision:
+    """A person resolves a payment whose outcome is unknown and whose idempotency key the provider
+    no longer keeps, so asking again under it is impossible. Only the owner or a billing lead may.
+
+    The invoice and its payments are fetched fresh first; the decision must agree with them (PAID
+    needs a paid invoice; FAILED needs an unpaid invoice none of whose payments succeeded). The
+    same attempt is resolved (SUCCEEDED through `recover`, FAILED through `retry_failed`), never
+    replaced by a new one; a failed one returns the cycle to grace, whose deadline then applies."""
+    cycle = cycle_read(cycle_pk)
+
+    def refused(code: str, detail: str, receipt: ProviderReceipt | None = None) -> ConflictDecision:
+        return ConflictDecision(TransitionResult(accepted=False, edge="resolve_unknown", reason=code, detail=detail),
+                                receipt)
+
+    if decision not in UNKNOWN_DECISIONS:
+        return refused("UNKNOWN_DECISION", f"decide one of {', '.join(UNKNOWN_DECISIONS)}")
+    if cycle.state != "PAYMENT_UNKNOWN":
+        return refused("NOT_UNKNOWN", f"this payment is not unknown any more (cycle is {cycle.state})")
+    if cycle.unknown_owner_id != getattr(user, "pk", None) and not user.has_perm("dunning.resolve_conflict"):
+        return refused("NOT_THE_OWNER", "only the owner of this unknown payment or a billing lead may resolve it")
+    provider = provider or get_provider(cycle.subscription.provider)
+    try:
+        inv, receipt = invoice_fetch_fresh(cycle, provider)
+        payments = [provider.fetch_payment(ref) for ref in inv.payment_refs]
+    except ProviderError as exc:
+        return refused("PROVIDER_UNAVAILABLE", f"the payment provider did not answer the fresh fetch: {exc}")
+    for payment in payments:
+        receipt_record(object_type=payment.object or "payment", body=payment.raw or {"id": payment.id},
+                       invoice=cycle.invoice, fetched_at=trusted_now())
+    succeeded = [p.id for p in payments if p.status == "succeeded"]
+    now = now or trusted_now()
+    if decision == "PAID":
+        evidence = Evidence(receipt=receipt, invoice=invoice_update(inv),
+                            facts=invoice_facts(inv, decline_code="", now=now))
+        ref = succeeded[-1] if succeeded else (inv.payment_refs[-1] if inv.payment_refs else "")
+        result = _accept(cycle=cycle, edge="recover", user=user, reason=reason, ticket=ticket, now=now,
+                         params={"provider_payment_ref": ref}, evidence=evidence)
+        return ConflictDecision(result, receipt)
+    if succeeded:
+        return refused("DECISION_CONTRADICTS_RECEIPT", f"payment {', '.join(succeeded)} of this invoice succeeded at "
+                                                       "the provider; it is not a failure", receipt)
+    failed = _accept(cycle=cycle, edge="retry_failed", user=user, reason=reason, ticket=ticket, now=now,
+                     params={"decline_code": "unknown_outcome_resolved_as_failed", "failure_class": "RETRYABLE"},
+                     evidence=receipt_evidence(inv, receipt))
+    if failed.accepted:
+        _accept(cycle=cycle_read(cycle_pk), edge="return_to_grace", user=user, reason=reason, ticket=ticket, now=now)
+    return ConflictDecision(failed, receipt)
