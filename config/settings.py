@@ -140,6 +140,16 @@ DUNNING_RECONCILIATION_WINDOW_HOURS = 24
 DUNNING_RECONCILIATION_MAX_CATCH_UP_DAYS = 7
 DUNNING_RECONCILIATION_EVENT_GRACE_SECONDS = 300
 DUNNING_RECONCILIATION_EVENT_PREFIXES = ("invoice.", "payment_intent.", "charge.", "customer.subscription.")
+# Inbox sweep (dunning/jobs/inbox.py): an event that never finished an attempt and that no live
+# worker holds (its PostgreSQL advisory lock dies with the worker's connection) is orphaned after
+# this many seconds (a worker killed mid-task; a task the broker hands out again only after its
+# visibility timeout) and is processed by the sweep. DUNNING_INBOX_STALE_SECONDS still applies to
+# events already attempted (retrying with back-off, FAILED).
+DUNNING_INBOX_ORPHAN_SECONDS = int(os.environ.get("DUNNING_INBOX_ORPHAN_SECONDS", "5"))
+# A request whose URL or session cookie carries a NUL gets a 400 before any view queries
+# PostgreSQL, which cannot hold NUL in text; an admin id no primary key can hold gets a 404
+# (dunning/input_guards.py).
+MIDDLEWARE = [*MIDDLEWARE, "dunning.input_guards.HostileInputGuard"]
 
 LOGGING = {
     "version": 1,

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from dunning.jobs.framework import claim
 from dunning.services.event_processing import EventNotFinished, event_process
+
+# A task that finds its event claimed by another process (the inbox sweep, or a redelivered copy
+# of itself) asks again after this long; by then the event is usually done and the task returns.
+EVENT_BUSY_RETRY_SECONDS = 5
 
 
 @shared_task(bind=True, autoretry_for=(EventNotFinished,), retry_backoff=5, retry_backoff_max=600, max_retries=20,
              acks_late=True)
 def process_provider_event(self, event_pk: int) -> str:  # noqa: ANN001
-    return event_process(event_pk=event_pk)
+    """Process one inbox event while holding its claim (dunning/jobs/inbox.py): the claim tells the
+    inbox sweep the event is in flight on a live worker, and dies with this worker's connection."""
+    with claim("event", event_pk) as got:
+        if got:
+            return event_process(event_pk=event_pk)
+    if self.request.is_eager:
+        return "IN_FLIGHT"  # in process there is no broker to ask again; the holder finishes it
+    raise self.retry(countdown=EVENT_BUSY_RETRY_SECONDS)
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # name -> cadence in seconds
 JOB_CADENCE: dict[str, int] = {
-    "inbox_sweep": 60,
+    "inbox_sweep": 10,  # orphaned events (a dead worker, a lost hand-off) within seconds: jobs/inbox.py
     "unknown_payments": 300,
     "exception_expiry": 60,
     "local_retries": 60,

@@ -9,8 +9,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from dunning.clock import trusted_now
+from dunning.input_guards import unstorable
 from dunning.models import DunningPolicy
-from dunning.policy_document import load_policy
+from dunning.policy_document import PolicyDocument, PolicyValidationError, load_policy
 
 
 class PolicyConflict(Exception):
@@ -24,7 +25,7 @@ class NoPolicyError(LookupError):
 def policy_publish(*, text: str, user: Any = None, now: datetime | None = None) -> tuple[DunningPolicy, bool]:
     """Validate and publish. Returns (policy, created). Re-publishing the same document is a no-op;
     a different document under an existing identity is refused (published policies are immutable)."""
-    doc = load_policy(text)
+    doc = _storable(load_policy(_storable_text(text)))
     existing = DunningPolicy.objects.filter(identity=doc.identity).first()
     if existing is not None:
         if existing.digest != doc.digest():
@@ -43,6 +44,38 @@ def policy_publish(*, text: str, user: Any = None, now: datetime | None = None) 
     except IntegrityError:
         return policy_publish(text=text, user=user, now=now)
     return policy, True
+
+
+# PositiveIntegerField: PostgreSQL integer.
+MAX_VERSION = 2**31 - 1
+
+
+def _storable_text(text: str) -> str:
+    """The document text as PostgreSQL can store it: a NUL (or a lone surrogate) is refused here,
+    with a message, instead of failing the insert."""
+    fault = unstorable(text, "document")
+    if fault:
+        raise PolicyValidationError([f"{fault}; a policy document is plain text"])
+    return text
+
+
+def _storable(doc: PolicyDocument) -> PolicyDocument:
+    """Refuse what the validator accepts but the columns cannot hold: a NUL (an escaped one, \\u0000
+    in JSON or "\\0" in YAML) in any value or key, and a name, cohort or version beyond its column."""
+    errors = []
+    fault = unstorable(doc.canonical)
+    if fault:
+        errors.append(fault)
+    for field, value in (("name", doc.name), ("identity", doc.identity), ("cohort", doc.cohort)):
+        limit = DunningPolicy._meta.get_field(field).max_length
+        if len(value) > limit:
+            where = "applies_to.cohort" if field == "cohort" else "policy"
+            errors.append(f"{where}: {field} is {len(value)} characters long; at most {limit}")
+    if doc.version > MAX_VERSION:
+        errors.append(f"policy: version {doc.version} is above the largest version, {MAX_VERSION}")
+    if errors:
+        raise PolicyValidationError(errors)
+    return doc
 
 
 def policy_for_price(price_id: str, *, cohort: str = "default") -> DunningPolicy:

@@ -84,11 +84,19 @@ def _in_flight() -> Response:
 def idempotent_call(request: Request, run: Callable[[], Response]) -> Response:
     """Run `run` at most once per (principal, Idempotency-Key) and request digest."""
     key = request.headers.get(HEADER, "")
-    if not _KEY_RE.match(key):
+    if not key:
         return problem_response(400, "idempotency-key-required", "Idempotency-Key header required",
                                 f"Send a unique {HEADER} header (1-255 visible ASCII characters) with this request.",
                                 errors=[{"field": HEADER, "message": "required, 1-255 visible ASCII characters",
-                                         "code": "required" if not key else "invalid"}])
+                                         "code": "required"}])
+    if not _KEY_RE.match(key):
+        # Refused before any claim: a NUL or a 10 kB key never reaches the idempotency table.
+        fault = (f"is {len(key)} characters long" if len(key) > 255
+                 else "contains a character outside visible ASCII (a space, a control character such as NUL)")
+        return problem_response(400, "idempotency-key-invalid", "Idempotency-Key header is not valid",
+                                f"The {HEADER} header {fault}; send 1-255 visible ASCII characters.",
+                                errors=[{"field": HEADER, "message": f"{fault}; 1-255 visible ASCII characters",
+                                         "code": "invalid"}])
     now = trusted_now()
     claimed = _claim(principal_key(request), key, request_digest(request), now)
     if isinstance(claimed, Response):

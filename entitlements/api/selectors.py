@@ -10,6 +10,7 @@ from django.http import Http404
 from rest_framework.request import Request
 
 from dunning.aggregate import is_blocking
+from dunning.input_guards import storable_text
 from dunning.models import DunningCycle
 from dunning.services.recompute import cycle_view
 from dunning.states import DELINQUENT_STATES
@@ -21,7 +22,10 @@ _PK = re.compile(r"^[0-9]{1,18}$")
 
 
 def subscription_for_request(request: Request, ref: str) -> Subscription:
-    """`ref` is the local id or the provider's subscription id (sub_…)."""
+    """`ref` is the local id or the provider's subscription id (sub_…). A ref no id column can hold
+    (a NUL, longer than the column) names no subscription: 404 without asking the database."""
+    if not storable_text(ref, Subscription._meta.get_field("provider_subscription_id").max_length):
+        raise Http404("no such subscription")
     queryset = restrict_subscriptions(Subscription.objects.select_related("policy"), request)
     lookup = {"pk": int(ref)} if _PK.match(ref) else {"provider_subscription_id": ref}
     found = list(queryset.filter(**lookup)[:2])
