@@ -2,7 +2,8 @@ from django.contrib import admin
 from simple_history.admin import SimpleHistoryAdmin
 
 from dunning.admin_base import ViewOnlyAdmin, ViewOnlyInline
-from dunning.admin_filters import CycleAgeFilter, OwnerFilter
+from dunning.admin_filters import CycleAgeFilter, HeldEventFilter, OwnerFilter
+from dunning.admin_operations import EventReprocessMixin
 from dunning.admin_paging import EstimatedCountPaginator
 from dunning.models import (
     DunningCycle,
@@ -60,10 +61,14 @@ class DunningPolicyAdmin(ViewOnlyAdmin):
 
 
 @admin.register(ProviderEvent)
-class ProviderEventAdmin(ViewOnlyAdmin):
-    list_display = ("event_id", "event_type", "outcome", "subscription", "received_at", "processed_at")
-    list_filter = ("outcome", "event_type")
+class ProviderEventAdmin(EventReprocessMixin, ViewOnlyAdmin):
+    """The inbox: why each event was held, and (billing leads) fetch a held one again."""
+
+    list_display = ("event_label", "outcome_badge", "why", "received")
+    list_filter = (HeldEventFilter, "outcome", "event_type")
+    list_select_related = ("subscription",)
     search_fields = ("event_id",)
+    search_help_text = "The provider's event id (evt_…)."
     show_full_result_count = False
     paginator = EstimatedCountPaginator
 

@@ -85,6 +85,16 @@ class ResolveConflictForm(DecisionForm):
     field_order = ["resolution", "reason", "ticket"]
 
 
+class ResolveUnknownForm(DecisionForm):
+    decision = forms.ChoiceField(
+        choices=[("PAID", "Paid — the fresh receipt shows the invoice paid"),
+                 ("FAILED", "Failed — the invoice is unpaid and none of its payments succeeded")],
+        widget=forms.RadioSelect,
+        help_text="The invoice and its payments are fetched fresh when you submit; a decision they contradict is "
+                  "refused. The same attempt is resolved; nothing is charged.")
+    field_order = ["decision", "reason", "ticket"]
+
+
 Outcome = tuple[bool, str]
 
 
@@ -117,6 +127,15 @@ def _own(user: Any, sub: Subscription, cycle: DunningCycle, data: dict[str, Any]
     result = support.cycle_take_unknown_ownership(cycle_pk=cycle.pk, user=user, reason=data["reason"],
                                                   ticket=data["ticket"])
     return _result_text(result, f"You now own the unknown payment on invoice {cycle.invoice.provider_invoice_id}")
+
+
+def _resolve_unknown(user: Any, sub: Subscription, cycle: DunningCycle, data: dict[str, Any]) -> Outcome:
+    decision = support.cycle_resolve_unknown(cycle_pk=cycle.pk, user=user, decision=data["decision"],
+                                             reason=data["reason"], ticket=data["ticket"])
+    fresh = decision.fresh_receipt
+    seen = f" on a fresh receipt showing {fresh.status} (receipt #{fresh.pk})" if fresh else ""
+    return _result_text(decision.result, f"Resolved the unknown payment on invoice "
+                                         f"{cycle.invoice.provider_invoice_id} as {data['decision']}{seen}")
 
 
 def _cancel(user: Any, sub: Subscription, cycle: DunningCycle, data: dict[str, Any]) -> Outcome:
@@ -179,6 +198,11 @@ ACTIONS: dict[str, ConsoleAction] = {
     "own_unknown_payment": ConsoleAction(
         "Take ownership", "dunning.own_unknown_payment", _own, states=frozenset({S.PAYMENT_UNKNOWN}),
         explain="You become the owner of this payment whose outcome is unknown. It is never cancelled."),
+    "resolve_unknown_payment": ConsoleAction(
+        "Resolve unknown payment", "dunning.own_unknown_payment", _resolve_unknown, ResolveUnknownForm,
+        frozenset({S.PAYMENT_UNKNOWN}),
+        explain="For a payment whose outcome stayed unknown past the provider's key retention. Only its owner or a "
+                "billing lead may decide, and only as the fresh receipt shows."),
     "request_cancellation": ConsoleAction(
         "Request cancellation", "dunning.request_cancellation", _cancel, states=frozenset({S.RESTRICTED}),
         explain="Moves the restricted cycle to cancel pending."),

@@ -15,6 +15,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle
+from dunning.models.inbox import EventReprocessing
 from dunning.states import DELINQUENT_STATES, CycleState
 
 OWNER_GROUPS = ("Support agents", "Billing leads")
@@ -122,3 +123,57 @@ class SubscriptionAgeFilter(_AgeFilter):
     """On the annotated `oldest_open` (the oldest cycle still in a delinquent state)."""
 
     field = "oldest_open"
+
+
+HELD_OUTCOMES = ("QUARANTINED", "UNATTRIBUTABLE")
+
+
+class HeldEventFilter(admin.SimpleListFilter):
+    """Provider events that were held back (quarantined or unattributable), and those staff had
+    fetched again."""
+
+    title = "held"
+    parameter_name = "held"
+
+    def lookups(self, request, model_admin):
+        return [("held", "held: quarantined or unattributable"),
+                ("reprocessed", "re-processed by staff")]
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        if self.value() == "held":
+            return queryset.filter(outcome__in=HELD_OUTCOMES)
+        if self.value() == "reprocessed":
+            return queryset.filter(Exists(EventReprocessing.objects.filter(event=OuterRef("pk"))))
+        return queryset
+
+
+class AlertStatusFilter(admin.SimpleListFilter):
+    """Open alerts first: the list opens on them; "all" shows every episode."""
+
+    title = "status"
+    parameter_name = "status"
+    default = "open"
+
+    def lookups(self, request, model_admin):
+        return [("open", "open"), ("unowned", "open, nobody owns it"), ("mine", "open, mine"),
+                ("resolved", "resolved"), ("all", "all")]
+
+    def value(self) -> str:
+        return super().value() or self.default
+
+    def choices(self, changelist):
+        for lookup, title in self.lookup_choices:
+            yield {"selected": self.value() == lookup, "display": title,
+                   "query_string": changelist.get_query_string({self.parameter_name: lookup})}
+
+    def queryset(self, request, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if value == "open":
+            return queryset.filter(resolved_at__isnull=True)
+        if value == "unowned":
+            return queryset.filter(resolved_at__isnull=True, owner__isnull=True)
+        if value == "mine":
+            return queryset.filter(resolved_at__isnull=True, owner=request.user)
+        if value == "resolved":
+            return queryset.filter(resolved_at__isnull=False)
+        return queryset

@@ -92,3 +92,19 @@ def test_a_failure_claim_is_refused_when_the_provider_shows_the_payment(unknown_
                                  ticket="T-5")
     assert paid.result.accepted and cycle_of(invoice_id).state == "RECOVERED"
     assert cycle_of(invoice_id).subscription.entitlement_profile == "FULL"
+
+
+def test_the_console_offers_the_way_out_on_the_subscription_page(unknown_past_retention, people, client):
+    from django.urls import reverse
+
+    _, invoice_id, cycle = unknown_past_retention
+    lead, _ = people
+    client.force_login(lead)
+    page = client.get(reverse("admin:subscriptions_subscription_change", args=[cycle.subscription_id]))
+    assert "Resolve unknown payment" in page.content.decode()
+    url = reverse("admin:subscriptions_subscription_console_cycle",
+                  args=[cycle.subscription_id, "resolve_unknown_payment", cycle.pk])
+    response = client.post(url, {"decision": "FAILED", "reason": "bank shows no charge", "ticket": "SUP-77"},
+                           follow=True)
+    assert "Resolved the unknown payment" in response.content.decode()
+    assert cycle_of(invoice_id).state == "GRACE_ACTIVE"

@@ -2,8 +2,11 @@
 for one invoice, and a payment-failure-rate spike against the 7-day mean.
 
 Each condition is raised through `alert_raise`, so a condition seen on every run stays one alert
-whose `occurrences` count the runs that saw it. PAID_NOT_RESTORED alerts are resolved by this
-job once their invoice's access is restored; the others are resolved by a person.
+whose `occurrences` count the runs that saw it. This job resolves only what it can see clear:
+PAID_NOT_RESTORED once the invoice's access is restored, CANCEL_UNCONFIRMED once the provider
+confirmed, UNKNOWN_UNOWNED once the unknown payment has an owner (or is no longer unknown).
+DUPLICATE_CHARGE, FAILURE_RATE_SPIKE and RECONCILIATION_MISMATCH stay open until a person resolves
+them (`alert_resolve` refuses a job those kinds).
 
 Definitions (time is `run.now`; settings are read with these defaults):
 
@@ -81,7 +84,7 @@ def alerts(run: JobReport) -> None:
             run.note("another worker is running the alerts job; skipped")
             return
         for check in (check_paid_not_restored, check_duplicate_charges, check_failure_rate_spike,
-                      check_cancel_unconfirmed):
+                      check_cancel_unconfirmed, resolve_unknown_owned):
             try:
                 check(run)
             except Exception as exc:  # one broken check must not silence the others
@@ -265,7 +268,7 @@ def _resolve_restored(run: JobReport, firing: set[str]) -> None:
             payload__data__object__id=provider_invoice_id).count()
         if not_restored_reason(invoice, unfinished_events=unfinished):
             continue
-        alert_resolve(alert, by=RESOLVED_BY, now=run.now)
+        alert_resolve(alert, by=RESOLVED_BY, now=run.now, note="access restored")
         run.changed += 1
         run.note(f"resolved {alert.kind} [{alert.dedupe_key}]: access restored")
 
@@ -405,6 +408,27 @@ def check_cancel_unconfirmed(run: JobReport) -> None:
     confirmed = Alert.objects.filter(kind=AlertKind.CANCEL_UNCONFIRMED, resolved_at__isnull=True,
                                      subscription__provider_cancel_confirmed_at__isnull=False)
     for alert in confirmed:
-        alert_resolve(alert, by=RESOLVED_BY, now=run.now)
+        alert_resolve(alert, by=RESOLVED_BY, now=run.now, note="the provider confirmed the cancellation")
         run.changed += 1
         run.note(f"resolved {alert.kind} [{alert.dedupe_key}]: the provider confirmed")
+
+
+# --------------------------------------------------------------------------- unknown payment, no owner
+
+
+def resolve_unknown_owned(run: JobReport) -> None:
+    """UNKNOWN_UNOWNED (raised by the unknown_payments job) clears once the payment has an owner or
+    its outcome is known."""
+    open_alerts = Alert.objects.filter(kind=AlertKind.UNKNOWN_UNOWNED, resolved_at__isnull=True).select_related(
+        "invoice__cycle__unknown_owner")
+    for alert in open_alerts.order_by("pk").iterator(chunk_size=BATCH):
+        cycle = _cycle_of(alert.invoice)
+        if cycle is None or (cycle.state == CycleState.PAYMENT_UNKNOWN and cycle.unknown_owner_id is None):
+            continue
+        if cycle.state == CycleState.PAYMENT_UNKNOWN:
+            note = f"the unknown payment is owned by {cycle.unknown_owner.get_username()}"
+        else:
+            note = f"the payment's outcome is known (cycle {cycle.state})"
+        alert_resolve(alert, by=RESOLVED_BY, now=run.now, note=note)
+        run.changed += 1
+        run.note(f"resolved {alert.kind} [{alert.dedupe_key}]: {note}")

@@ -9,6 +9,7 @@ delivers again.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from dunning.append_only import AppendOnlyModel
@@ -45,3 +46,51 @@ class WebhookDelivery(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.provider} delivery {self.pk} {self.verification} {self.claimed_event_id}"
+
+
+class ReprocessingStatus(models.TextChoices):
+    STARTED = "STARTED", "Started"
+    DONE = "DONE", "Done"
+    PROVIDER_UNAVAILABLE = "PROVIDER_UNAVAILABLE", "Provider did not answer"
+    FAILED = "FAILED", "Failed on our side"
+    ABANDONED = "ABANDONED", "Abandoned (the process stopped)"
+
+
+class EventReprocessing(AppendOnlyModel):
+    """One staff request to fetch a held (quarantined or unattributable) provider event's objects
+    again and process it once more (`dunning.services.event_requeue`).
+
+    The row is written *before* processing, with what the event's outcome was, so the first
+    verdict stays on record whatever happens next (the event row itself only holds its current
+    bookkeeping); the result is added when processing ends. Never deleted.
+    """
+
+    MUTABLE_FIELDS = frozenset({"status", "new_outcome", "new_detail", "finished_at", "error"})
+
+    event = models.ForeignKey("dunning.ProviderEvent", on_delete=models.PROTECT, related_name="reprocessings")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    actor = models.CharField(max_length=150, help_text="The requesting user's name, as it was then.")
+    reason = models.TextField()
+    ticket = models.CharField(max_length=128)
+    requested_at = models.DateTimeField(help_text="Trusted time the request was accepted.")
+    previous_outcome = models.CharField(max_length=16)
+    previous_detail = models.TextField(blank=True, default="")
+    previous_processed_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=24, choices=ReprocessingStatus.choices, default=ReprocessingStatus.STARTED)
+    new_outcome = models.CharField(max_length=16, blank=True, default="")
+    new_detail = models.TextField(blank=True, default="")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        verbose_name = "event re-processing"
+        constraints = [
+            # At most one re-processing of an event runs at a time.
+            models.UniqueConstraint(fields=["event"], condition=models.Q(status="STARTED"),
+                                    name="one_reprocessing_in_flight"),
+        ]
+        indexes = [models.Index(fields=["event", "-requested_at"], name="reprocessing_event_recent")]
+
+    def __str__(self) -> str:
+        after = self.new_outcome or self.get_status_display().lower()
+        return f"re-processing of event {self.event_id} by {self.actor}: {self.previous_outcome} → {after}"

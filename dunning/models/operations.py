@@ -80,8 +80,18 @@ class AlertKind(models.TextChoices):
     CANCEL_UNCONFIRMED = "CANCEL_UNCONFIRMED", "Provider has not confirmed a cancellation"
 
 
+# Conditions the jobs cannot see clear (money already moved twice, a day's failure rate, a
+# reconciliation report): a person resolves them, never a job.
+ALERT_KINDS_RESOLVED_BY_A_PERSON = frozenset({
+    AlertKind.DUPLICATE_CHARGE, AlertKind.FAILURE_RATE_SPIKE, AlertKind.RECONCILIATION_MISMATCH})
+
+
 class Alert(AppendOnlyModel):
-    MUTABLE_FIELDS = frozenset({"resolved_at", "resolved_by", "last_seen_at", "occurrences"})
+    """One episode of one condition. Handling it (acknowledge, resolve) is recorded twice: the
+    current state here, and one append-only AlertAction per decision."""
+
+    MUTABLE_FIELDS = frozenset({"resolved_at", "resolved_by", "last_seen_at", "occurrences", "owner",
+                                "acknowledged_at", "resolution_note"})
 
     kind = models.CharField(max_length=32, choices=AlertKind.choices)
     dedupe_key = models.CharField(max_length=255, unique=True)
@@ -96,9 +106,42 @@ class Alert(AppendOnlyModel):
     occurrences = models.PositiveIntegerField(default=1)
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.CharField(max_length=150, blank=True, default="")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="owned_alerts", help_text="Who acknowledged it and follows it up.")
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    resolution_note = models.TextField(blank=True, default="", help_text="What was done, by whoever resolved it.")
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()}: {self.detail[:60]}"
+
+    @property
+    def needs_a_person(self) -> bool:
+        return self.kind in ALERT_KINDS_RESOLVED_BY_A_PERSON
+
+
+class AlertActionKind(models.TextChoices):
+    ACKNOWLEDGE = "ACKNOWLEDGE", "Acknowledged (took ownership)"
+    RESOLVE = "RESOLVE", "Resolved"
+
+
+class AlertAction(AppendOnlyModel):
+    """One decision on an alert: who, what, when, with what note. Written once, never changed."""
+
+    alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="actions")
+    action = models.CharField(max_length=16, choices=AlertActionKind.choices)
+    actor = models.CharField(max_length=150, help_text='A username, or "job:<name>" for a scheduled job.')
+    actor_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="+")
+    note = models.TextField(blank=True, default="")
+    previous_owner = models.CharField(max_length=150, blank=True, default="",
+                                      help_text="Who owned the alert before an acknowledgement took it over.")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["alert", "at"], name="alertaction_alert_at")]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()} by {self.actor} at {self.at:%Y-%m-%d %H:%M}"
 
 
 class NotificationDelivery(AppendOnlyModel):

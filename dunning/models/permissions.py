@@ -17,6 +17,9 @@ class SupportConsole(models.Model):
             ("request_cancellation", "Request cancellation of a restricted subscription"),
             ("incident_switch", "Pause new restrictions (incident switch)"),
             ("rebind_policy", "Rebind a subscription to the previous policy version"),
+            ("reprocess_event", "Fetch a held provider event's objects again and re-process it"),
+            ("acknowledge_alert", "Acknowledge an alert and take ownership of it"),
+            ("resolve_alert", "Resolve an alert with a note"),
         ]
 
     def __str__(self) -> str:

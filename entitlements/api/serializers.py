@@ -166,3 +166,91 @@ class RetryRequestSerializer(_NoExtraFields):
 class PolicyPublishSerializer(_NoExtraFields):
     text = serializers.CharField(max_length=200_000, trim_whitespace=False,
                                  help_text="The policy document, YAML or JSON (subscription.dunningPolicy.v1).")
+
+
+# --- operations: held provider events and alerts (issue 15) ----------------------------------------
+
+
+class ProviderEventSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    event_id = serializers.CharField(help_text="The provider's event id (evt_…).")
+    event_type = serializers.CharField()
+    outcome = serializers.CharField(help_text="What processing decided, as it stands now.")
+    outcome_detail = serializers.CharField(allow_blank=True, help_text="Why (for a held event: why it was held).")
+    held = serializers.BooleanField(help_text="QUARANTINED or UNATTRIBUTABLE: it changed nobody's access.")
+    subscription = serializers.CharField(source="subscription.provider_subscription_id", allow_null=True,
+                                         default=None)
+    invoice = serializers.CharField(source="invoice.provider_invoice_id", allow_null=True, default=None)
+    received_at = serializers.DateTimeField()
+    processed_at = serializers.DateTimeField(allow_null=True)
+
+
+class EventReprocessingSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    actor = serializers.CharField(help_text="Who asked.")
+    reason = serializers.CharField()
+    ticket = serializers.CharField()
+    requested_at = serializers.DateTimeField()
+    previous_outcome = serializers.CharField(help_text="The outcome the event held before (kept on record).")
+    previous_detail = serializers.CharField(allow_blank=True)
+    previous_processed_at = serializers.DateTimeField(allow_null=True)
+    status = serializers.ChoiceField(choices=["STARTED", "DONE", "PROVIDER_UNAVAILABLE", "FAILED", "ABANDONED"])
+    new_outcome = serializers.CharField(allow_blank=True)
+    new_detail = serializers.CharField(allow_blank=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class EventReprocessResultSerializer(serializers.Serializer):
+    still_held = serializers.BooleanField(help_text="True when the fresh fetch held the event again.")
+    summary = serializers.CharField(help_text="What happened, in plain words.")
+    event = ProviderEventSerializer()
+    reprocessing = EventReprocessingSerializer(help_text="The audit row of this request (before and after).")
+
+
+class AlertActionSerializer(serializers.Serializer):
+    action = serializers.ChoiceField(choices=["ACKNOWLEDGE", "RESOLVE"])
+    actor = serializers.CharField(help_text='A username, or "job:<name>" when a job saw the condition clear.')
+    note = serializers.CharField(allow_blank=True)
+    previous_owner = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+
+
+class AlertSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    title = serializers.CharField(source="get_kind_display")
+    detail = serializers.CharField()
+    figures = serializers.DictField()
+    subscription = serializers.CharField(source="subscription.provider_subscription_id", allow_null=True,
+                                         default=None)
+    invoice = serializers.CharField(source="invoice.provider_invoice_id", allow_null=True, default=None)
+    raised_at = serializers.DateTimeField()
+    last_seen_at = serializers.DateTimeField()
+    occurrences = serializers.IntegerField()
+    open = serializers.SerializerMethodField()
+    needs_a_person = serializers.BooleanField(
+        help_text="Only a person resolves this kind (duplicate charge, failure-rate spike, reconciliation "
+                  "mismatch); the others are also resolved by the job when the condition clears.")
+    owner = serializers.CharField(source="owner.get_username", allow_null=True, default=None)
+    acknowledged_at = serializers.DateTimeField(allow_null=True)
+    resolved_at = serializers.DateTimeField(allow_null=True)
+    resolved_by = serializers.CharField(allow_blank=True)
+    resolution_note = serializers.CharField(allow_blank=True)
+    actions = AlertActionSerializer(many=True, source="actions.all", help_text="The audit trail, oldest first.")
+
+    def get_open(self, alert: Any) -> bool:
+        return alert.resolved_at is None
+
+
+class AlertAcknowledgeSerializer(_NoExtraFields):
+    note = serializers.CharField(max_length=4000, required=False, allow_blank=True,
+                                 help_text="Optional: what you are about to do (audited).")
+
+
+class AlertResolveSerializer(_NoExtraFields):
+    note = serializers.CharField(max_length=4000, help_text="What was done (required, audited).")
+
+
+class EventReprocessRequestSerializer(_NoExtraFields):
+    reason = serializers.CharField(max_length=2000, help_text="Why the event is fetched again (audited).")
+    ticket = serializers.CharField(max_length=128, help_text="Support ticket reference (audited).")

@@ -10,7 +10,15 @@ from entitlements.api.views_read import (
     SubscriptionDetailView,
     SubscriptionEntitlementView,
 )
-from entitlements.api.views_write import CycleExceptionView, CycleRetryView, PolicyListView
+from entitlements.api.views_write import (
+    AlertAcknowledgeView,
+    AlertListView,
+    AlertResolveView,
+    CycleExceptionView,
+    CycleRetryView,
+    EventReprocessView,
+    PolicyListView,
+)
 
 app_name = "api"
 
@@ -23,6 +31,10 @@ urlpatterns = [
     path("v1/cycles/<str:ref>/exception", CycleExceptionView.as_view(), name="cycle-exception"),
     path("v1/cycles/<str:ref>/retry", CycleRetryView.as_view(), name="cycle-retry"),
     path("v1/policies", PolicyListView.as_view(), name="policies"),
+    path("v1/events/<str:event_id>/reprocess", EventReprocessView.as_view(), name="event-reprocess"),
+    path("v1/alerts", AlertListView.as_view(), name="alerts"),
+    path("v1/alerts/<str:alert_id>/acknowledge", AlertAcknowledgeView.as_view(), name="alert-acknowledge"),
+    path("v1/alerts/<str:alert_id>/resolve", AlertResolveView.as_view(), name="alert-resolve"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
 ]

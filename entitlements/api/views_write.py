@@ -1,13 +1,19 @@
 """State-changing endpoints (SPEC §13): each parses input, loads by id, claims the
-Idempotency-Key and calls ONE service, then renders its typed result. Never saves a model."""
+Idempotency-Key and calls ONE service, then renders its typed result. Never saves a model.
+
+Operations (issue 15): re-processing a held provider event (billing leads), acknowledging and
+resolving alerts (support agents, billing leads), and the alert list those actions start from."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
+from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions
 from rest_framework.generics import ListAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,17 +21,32 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from dunning.clock import trusted_now
-from dunning.models import DunningPolicy
+from dunning.models import Alert, AlertKind, DunningPolicy, ProviderEvent
+from dunning.models.operations import AlertAction
 from dunning.policy_document import PolicyValidationError
 from dunning.services.acceptance import cycle_accept_transition
+from dunning.services.alerts import AlertRefused, alert_acknowledge, alert_resolve_by_staff
+from dunning.services.event_requeue import HELD_OUTCOMES, ReprocessOutcome, ReprocessRefused, event_reprocess
 from dunning.services.policies import PolicyConflict, policy_publish
 from dunning.services.results import Cause, Expect, TransitionResult
 from dunning.services.retry_now import cycle_retry_now
-from entitlements.api.auth import CanGrantException, CanPublishPolicy, CanReadBilling, CanRetryPayment, ServicePrincipal
+from entitlements.api.auth import (
+    CanGrantException,
+    CanPublishPolicy,
+    CanReadBilling,
+    CanRetryPayment,
+    ServicePrincipal,
+    _Rule,
+)
 from entitlements.api.idempotency import idempotent_call
-from entitlements.api.problems import problem_response, problem_responses
+from entitlements.api.problems import PROBLEM_CONTENT_TYPE, ProblemSerializer, problem_response, problem_responses
 from entitlements.api.selectors import cycle_for_request
 from entitlements.api.serializers import (
+    AlertAcknowledgeSerializer,
+    AlertResolveSerializer,
+    AlertSerializer,
+    EventReprocessRequestSerializer,
+    EventReprocessResultSerializer,
     ExceptionGrantSerializer,
     PolicyPublishResultSerializer,
     PolicyPublishSerializer,
@@ -165,3 +186,181 @@ class PolicyListView(ListAPIView):
 
         return idempotent_call(request, run)
 
+
+
+# --- operations: held provider events and alerts (issue 15) ----------------------------------------
+# Staff only (session + CSRF), with the support console's own permissions: tokens never act, and
+# never read alerts (they are operational, not one tenant's).
+
+
+class CanReprocessEvent(_Rule):
+    staff_perm = "dunning.reprocess_event"
+
+
+class CanReadAlerts(_Rule):
+    staff_perm = "dunning.view_alert"
+
+
+class CanAcknowledgeAlert(_Rule):
+    staff_perm = "dunning.acknowledge_alert"
+
+
+class CanResolveAlert(_Rule):
+    staff_perm = "dunning.resolve_alert"
+
+
+PROVIDER_UNAVAILABLE = {(503, PROBLEM_CONTENT_TYPE): OpenApiResponse(
+    ProblemSerializer, description="The provider did not answer the fresh fetch: nothing changed; retry later "
+                                   "(Retry-After), with the same Idempotency-Key.")}
+EVENT_REF = OpenApiParameter("event_id", OpenApiTypes.STR, OpenApiParameter.PATH,
+                             description="The provider's event id (evt_…) or the inbox row's local id.")
+ALERT_REF = OpenApiParameter("alert_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The alert's id.")
+_LOCAL_ID = re.compile(r"^[0-9]{1,18}$")
+
+
+def _event(ref: str) -> ProviderEvent:
+    lookup = {"pk": int(ref)} if _LOCAL_ID.match(ref) else {"event_id": ref}
+    found = list(ProviderEvent.objects.filter(**lookup)[:2])
+    if len(found) != 1:
+        raise Http404("no such provider event")
+    return found[0]
+
+
+def _alerts() -> QuerySet:
+    return Alert.objects.select_related("subscription", "invoice", "owner").prefetch_related(
+        Prefetch("actions", queryset=AlertAction.objects.order_by("at", "pk")))
+
+
+def _alert(alert_id: int | str) -> Alert:
+    alert = _alerts().filter(pk=int(alert_id)).first() if _LOCAL_ID.match(str(alert_id)) else None
+    if alert is None:
+        raise Http404("no such alert")
+    return alert
+
+
+def _reprocess_body(outcome: ReprocessOutcome) -> dict[str, Any]:
+    event = outcome.event
+    return EventReprocessResultSerializer({
+        "still_held": outcome.still_held, "summary": outcome.summary(),
+        "event": {"id": event.pk, "event_id": event.event_id, "event_type": event.event_type,
+                  "outcome": event.outcome, "outcome_detail": event.outcome_detail,
+                  "held": event.outcome in HELD_OUTCOMES, "subscription": event.subscription,
+                  "invoice": event.invoice, "received_at": event.received_at, "processed_at": event.processed_at},
+        "reprocessing": outcome.attempt,
+    }).data
+
+
+class EventReprocessView(APIView):
+    permission_classes = [CanReprocessEvent]
+    throttle_scope = "billing_write"
+
+    @extend_schema(
+        operation_id="event_reprocess", parameters=[EVENT_REF, IDEMPOTENCY_KEY], tags=["operations"],
+        request=EventReprocessRequestSerializer,
+        summary="Fetch a held (quarantined or unattributable) event's objects again and re-process it",
+        description="Billing leads. The provider's objects are fetched again and the event goes through normal "
+                    "processing on that receipt; its previous outcome stays on record in the returned audit row. "
+                    "409 when the event is not held (or is being re-processed).",
+        responses={200: EventReprocessResultSerializer, **WRITE_ERRORS, **PROVIDER_UNAVAILABLE},
+    )
+    def post(self, request: Request, event_id: str) -> Response:
+        event = _event(event_id)
+        data = _valid(EventReprocessRequestSerializer, request)
+        user = request.user
+
+        def run() -> Response:
+            try:
+                outcome = event_reprocess(event_pk=event.pk, user=user, reason=data["reason"], ticket=data["ticket"])
+            except ReprocessRefused as refused:
+                return refusal_response(refused.code, refused.detail,
+                                        unprocessable=refused.code in UNPROCESSABLE_REFUSALS)
+            if not outcome.provider_answered:
+                return problem_response(503, "provider-unavailable", "The payment provider did not answer",
+                                        outcome.summary(), headers={"Retry-After": "60"})
+            return Response(_reprocess_body(outcome))
+
+        return idempotent_call(request, run)
+
+
+OPEN_FILTER = OpenApiParameter("open", OpenApiTypes.BOOL, OpenApiParameter.QUERY, required=False,
+                               description="true: unresolved alerts only; false: resolved ones only.")
+KIND_FILTER = OpenApiParameter("kind", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
+                               enum=list(AlertKind.values), description="Only alerts of this kind.")
+_BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
+
+
+class AlertListView(ListAPIView):
+    """Alerts, newest first, with their owner and audit trail."""
+
+    permission_classes = [CanReadAlerts]
+    throttle_scope = "billing_read"
+    serializer_class = AlertSerializer
+
+    def get_queryset(self) -> QuerySet:
+        queryset = _alerts()
+        params = self.request.query_params
+        faults = {}
+        if "open" in params:
+            is_open = _BOOLEANS.get(params["open"].lower())
+            if is_open is None:
+                faults["open"] = ["Use true or false."]
+            else:
+                queryset = queryset.filter(resolved_at__isnull=is_open)
+        if "kind" in params:
+            if params["kind"] not in AlertKind.values:
+                faults["kind"] = [f"One of {', '.join(AlertKind.values)}."]
+            else:
+                queryset = queryset.filter(kind=params["kind"])
+        if faults:
+            raise exceptions.ValidationError(faults)
+        return queryset
+
+    @extend_schema(operation_id="alert_list", parameters=[OPEN_FILTER, KIND_FILTER], tags=["operations"],
+                   summary="Alerts (GET /alerts?open=true for the ones still to handle)",
+                   responses={200: AlertSerializer(many=True), **problem_responses()})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+
+def _alert_decision(request: Request, alert_id: str, serializer_class: type[Serializer], decide: Any) -> Response:
+    alert = _alert(alert_id)
+    data = _valid(serializer_class, request)
+    user = request.user
+
+    def run() -> Response:
+        try:
+            decide(alert_pk=alert.pk, user=user, note=data.get("note", ""))
+        except AlertRefused as refused:
+            return refusal_response(refused.code, refused.detail)
+        return Response(AlertSerializer(_alert(alert.pk)).data)
+
+    return idempotent_call(request, run)
+
+
+class AlertAcknowledgeView(APIView):
+    permission_classes = [CanAcknowledgeAlert]
+    throttle_scope = "billing_write"
+
+    @extend_schema(
+        operation_id="alert_acknowledge", parameters=[ALERT_REF, IDEMPOTENCY_KEY], tags=["operations"],
+        request=AlertAcknowledgeSerializer, summary="Acknowledge an alert: you own it from now on",
+        description="Support agents and billing leads. Taking over someone else's alert is allowed and audited; "
+                    "a resolved alert is 409.",
+        responses={200: AlertSerializer, **WRITE_ERRORS},
+    )
+    def post(self, request: Request, alert_id: str) -> Response:
+        return _alert_decision(request, alert_id, AlertAcknowledgeSerializer, alert_acknowledge)
+
+
+class AlertResolveView(APIView):
+    permission_classes = [CanResolveAlert]
+    throttle_scope = "billing_write"
+
+    @extend_schema(
+        operation_id="alert_resolve", parameters=[ALERT_REF, IDEMPOTENCY_KEY], tags=["operations"],
+        request=AlertResolveSerializer, summary="Resolve an alert, saying what was done",
+        description="Support agents and billing leads. The note is required and audited; a resolved alert is 409.",
+        responses={200: AlertSerializer, **WRITE_ERRORS},
+    )
+    def post(self, request: Request, alert_id: str) -> Response:
+        return _alert_decision(request, alert_id, AlertResolveSerializer, alert_resolve_by_staff)

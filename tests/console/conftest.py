@@ -39,6 +39,7 @@ def staff_roles_from_migration() -> None:
 
     import_module("dunning.migrations.0006_staff_groups").create_groups(apps, None)
     import_module("dunning.migrations.0007_support_console_permissions").grant(apps, None)
+    import_module("dunning.migrations.0010_event_reprocessing_and_alert_handling").grant(apps, None)
 
 
 def _staff(django_user_model: Any, username: str, group: str) -> Any:
