@@ -68,6 +68,8 @@ class Subscription(models.Model):
     provider_cancel_requested_at = models.DateTimeField(null=True, blank=True)
     provider_cancel_confirmed_at = models.DateTimeField(null=True, blank=True)
     price_id = models.CharField(max_length=255, help_text="Provider price id (a legacy plan id counts).")
+    plan_name = models.CharField(max_length=255, blank=True, default="",
+                                 help_text="The price's product name, as the provider named it at the last plan read.")
     cohort = models.CharField(max_length=64, default="default")
     billing_interval = models.CharField(max_length=8, choices=BillingInterval.choices, default=BillingInterval.MONTH)
     policy = models.ForeignKey("dunning.DunningPolicy", on_delete=models.PROTECT, related_name="subscriptions")

@@ -24,6 +24,13 @@ def application_clock(settings):
     settings.DUNNING_CLOCK_OVERRIDE = "APPLICATION"
 
 
+@pytest.fixture(autouse=True)
+def provider_on_loopback_only(settings):
+    """No test may reach a real provider: without the simulator fixture (which points the SDK at
+    itself) every provider call goes to a closed loopback port and fails at once."""
+    settings.STRIPE_API_BASE = "http://127.0.0.1:9"
+
+
 @pytest.fixture
 def policy(db):
     return make_policy()

@@ -236,7 +236,7 @@ def test_the_sweep_leaves_an_event_a_live_worker_holds_and_takes_it_once_that_wo
         time.sleep(1.2)  # older than the orphan threshold
         run = job_run("inbox_sweep")
         assert (run.examined, run.changed) == (1, 0), "an event in flight on a live worker is left to it"
-        assert process_provider_event.delay(event.pk).get() == "IN_FLIGHT", "a second copy does not run it"
+        assert process_provider_event.apply(args=(event.pk,)).result == "IN_FLIGHT", "a second copy does not run it"
         event.refresh_from_db()
         assert (event.attempts, event.processed_at, event.outcome) == (0, None, EventOutcome.PENDING)
     finally:

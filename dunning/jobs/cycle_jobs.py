@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Q
 
 from dunning.clock import trusted_now
 from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
@@ -26,7 +27,8 @@ from dunning.services.local_retry import retry_dispatch, retry_resolve
 from dunning.services.ownership import unknown_owner_pick
 from dunning.services.reconcile import reconcile_and_read
 from dunning.services.results import Cause, Evidence, Expect, TransitionResult
-from dunning.states import GRACE_DEADLINE_STATES, NO_RETRY_CLASSES, CycleState
+from dunning.services.retry_now import customer_payment_resolve
+from dunning.states import GRACE_DEADLINE_STATES, NO_RETRY_CLASSES, AttemptState, CycleState
 from subscriptions.providers.base import ProviderError
 
 S = CycleState
@@ -59,7 +61,10 @@ def _each_claimed(run: JobReport, queryset, due_field: str):  # noqa: ANN001, AN
 @scheduled_job("grace_expiry", "grace past its deadline (in grace or waiting on a scheduled retry; an attempt in "
                                "flight holds it) → GRACE_EXPIRED, then restriction only on a fresh unpaid receipt")
 def grace_expiry(run: JobReport) -> None:
-    due = DunningCycle.objects.filter(state__in=GRACE_DEADLINE_STATES, grace_expires_at__lte=run.now)
+    # An attempt in flight (a customer's own payment, a prepared retry) holds the deadline until the
+    # unknown_payments job or its answer resolves it; asking would only write a refusal every run.
+    due = (DunningCycle.objects.filter(state__in=GRACE_DEADLINE_STATES, grace_expires_at__lte=run.now)
+           .exclude(pending_attempt__state__in=(AttemptState.DISPATCHING, AttemptState.UNKNOWN)))
     for cycle in _each_claimed(run, due, "grace_expires_at"):
         if cycle.state not in GRACE_DEADLINE_STATES or cycle.grace_expires_at > run.now:
             continue  # another worker or an event got there first
@@ -192,6 +197,17 @@ def unknown_payments(run: JobReport) -> None:
     for cycle in _each_claimed(run, stuck, "next_attempt_at"):
         if cycle.state == S.RETRY_DISPATCHING:
             _resolve(run, cycle.pk)
+    # A customer's own "Pay now" left without an answer (the cycle's state never moved for it):
+    # the provider is asked under the same key, as for a retry.
+    unanswered = (DunningCycle.objects.exclude(state__in=(S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN))
+                  .filter(Q(pending_attempt__state=AttemptState.UNKNOWN)
+                          | Q(pending_attempt__state=AttemptState.DISPATCHING,
+                              pending_attempt__dispatched_at__lte=run.now - stale)))
+    for cycle in _each_claimed(run, unanswered, "opened_at"):
+        outcome = customer_payment_resolve(cycle_pk=cycle.pk, cause=Cause.job(run.job), now=run.now)
+        if outcome.status in ("PAID", "DECLINED"):
+            run.changed += 1
+        run.note(f"cycle {cycle.cycle_id}: customer payment asked: {outcome.status} {outcome.detail}".strip())
 
 
 def _assign_owner(run: JobReport, cycle: DunningCycle) -> None:

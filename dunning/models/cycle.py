@@ -15,6 +15,7 @@ from dunning.acceptance_scope import is_inside_acceptance
 from dunning.states import (
     AUTO_SETTLEABLE_STATES,
     CONFLICT_RESOLUTIONS,
+    DELINQUENT_STATES,
     EXCEPTION_SOURCE_STATES,
     GRACE_DEADLINE_STATES,
     OPEN_STATES,
@@ -25,6 +26,10 @@ from dunning.states import (
 
 S = CycleState
 ONLY_IN_ACCEPTANCE = [is_inside_acceptance]
+# Where the customer can act on an open invoice (a new card, "Pay now"): every delinquent state
+# but an attempt already in flight, a conflict waiting for a person, and the terminal CANCELED.
+CUSTOMER_ACTIONABLE_STATES = frozenset(
+    DELINQUENT_STATES - {S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN, S.EVIDENCE_CONFLICT, S.CANCELED})
 
 
 class GenerationFenceMixin:
@@ -237,6 +242,33 @@ class DunningCycle(GenerationFenceMixin, ConcurrentTransitionMixin, models.Model
         self.settled_at = None
         self.failure_class = FailureClass.CUSTOMER_ACTION
         self.customer_action_required = True
+
+    # The customer's own actions leave the state (and so access) alone: a new payment method
+    # changes what may be tried next, and a payment of theirs changes access only once the
+    # provider shows the invoice paid (then `recover`).
+
+    @transition(field=state, source=list(CUSTOMER_ACTIONABLE_STATES), target=None, conditions=ONLY_IN_ACCEPTANCE)
+    def clear_customer_action(self) -> None:
+        self.customer_action_required = False
+        # The hard decline was the old card's; the new one has not been declined.
+        self.failure_class = ""
+
+    @transition(field=state, source=list(CUSTOMER_ACTIONABLE_STATES), target=None, conditions=ONLY_IN_ACCEPTANCE)
+    def dispatch_customer_payment(self, *, attempt: PaymentAttempt) -> None:
+        self.pending_attempt = attempt
+
+    @transition(field=state, source=list(CUSTOMER_ACTIONABLE_STATES), target=None, conditions=ONLY_IN_ACCEPTANCE)
+    def customer_payment_failed(self, *, attempt: PaymentAttempt, failure_class: str, decline_code: str,
+                                no_retry: bool) -> None:
+        if self.pending_attempt_id == attempt.pk:
+            self.pending_attempt = None
+        self.failure_class = failure_class
+        self.decline_code = decline_code
+        self.customer_action_required = self.customer_action_required or no_retry
+
+    @transition(field=state, source=list(CUSTOMER_ACTIONABLE_STATES), target=None, conditions=ONLY_IN_ACCEPTANCE)
+    def customer_payment_unknown(self) -> None:
+        pass
 
     def _settle(self, now: datetime) -> None:
         self.settled_at = now

@@ -94,10 +94,19 @@ class FactKind(models.TextChoices):
     DISPUTE_OPENED = "DISPUTE_OPENED"
     DISPUTE_WON = "DISPUTE_WON"
     DISPUTE_LOST = "DISPUTE_LOST"
+    # Money a dispute moved, one fact per balance transaction of the fetched dispute: withdrawn
+    # from our balance when the chargeback opened, reinstated when it was won.
+    DISPUTE_FUNDS_WITHDRAWN = "DISPUTE_FUNDS_WITHDRAWN"
+    DISPUTE_FUNDS_REINSTATED = "DISPUTE_FUNDS_REINSTATED"
 
 
 class MonetaryFact(AppendOnlyModel):
-    """Append-only money fact. `dedupe_key` makes the same provider fact land once."""
+    """Append-only money fact. `dedupe_key` makes the same provider fact land once.
+
+    Amounts add up: summing an invoice's facts of one kind gives the money of that kind. A
+    refund fact holds the *increment* refunded; the charge's cumulative refunded total the
+    provider showed (the evidence the increment was derived from) is `cumulative_amount`.
+    `attempt` is the payment attempt the money came from, when one was recorded."""
 
     kind = models.CharField(max_length=32, choices=FactKind.choices)
     invoice = models.ForeignKey("subscriptions.Invoice", on_delete=models.PROTECT, related_name="facts")
@@ -106,6 +115,9 @@ class MonetaryFact(AppendOnlyModel):
     attempt = models.ForeignKey("dunning.PaymentAttempt", null=True, blank=True,
                                 on_delete=models.PROTECT, related_name="facts")
     amount = models.BigIntegerField()
+    cumulative_amount = models.BigIntegerField(
+        null=True, blank=True,
+        help_text="REFUNDED: the charge's cumulative refunded total on the receipt this increment was derived from.")
     currency = models.CharField(max_length=3)
     provider_ref = models.CharField(max_length=255, blank=True, default="")
     decline_code = models.CharField(max_length=64, blank=True, default="")

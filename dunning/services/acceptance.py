@@ -170,17 +170,99 @@ def _apply_invoice_evidence(ctx: EdgeContext) -> bool:
 
 
 def _append_facts(ctx: EdgeContext) -> int:
-    recorded = 0
-    for fact in ctx.evidence.facts:
-        _, created = MonetaryFact.objects.get_or_create(
-            dedupe_key=fact.dedupe_key,
+    """Append the evidence's money facts, each once (its dedupe key), so that they add up and
+    each names the payment attempt it came from.
+
+    Runs with the subscription, cycle and invoice rows locked, so every fact of this invoice is
+    written one acceptance at a time; that is what makes the refund increment safe:
+
+    - REFUNDED: a receipt shows a charge's *cumulative* refunded total (the spec's `amount`; its
+      dedupe key names charge and total). The fact records the increment over the refunds on
+      record for that charge, with the total as `cumulative_amount`. Two events that read the
+      same total share the key (one fact); a receipt older than the refunds on record adds nothing.
+    - attempt: a failure one of our attempts was answered with (its idempotency key in the fact's
+      key) links to that attempt. A failure the invoice numbers n links, under LOCAL authority, to
+      local attempt n (attempt 1 is the renewal charge), under provider authority to our attempt
+      in flight, else to the provider attempt the record_failure / retry_failed edges keep for the
+      invoice (the same key; recorded here first, as the edge runs after the facts). A payment
+      links to the attempt that succeeded with it or the one in flight it settles; a refund or
+      dispute to the attempt of the payment it reverses. Void and uncollectible name no attempt,
+      nor does a payment the provider took with no attempt of ours (its retry, the hosted page).
+    """
+    from django.db.models import Max
+    from django.db.models.functions import Coalesce
+
+    from dunning.models import AttemptOrigin, FactKind, PaymentAttempt
+    from dunning.services.edges import invoice_digest, local_idempotency_key
+    from dunning.states import AttemptState
+
+    cycle, invoice = ctx.cycle, ctx.invoice
+    pending = ctx.pending_attempt
+    in_flight = pending if pending is not None and pending.state in (AttemptState.DISPATCHING,
+                                                                     AttemptState.UNKNOWN) else None
+
+    def provider_attempt(fact: Any, number: str) -> PaymentAttempt:
+        # The row `edges._record_provider_attempt` gets by the same key when its edge runs.
+        failure_class = ctx.spec.failure_class_for(fact.decline_code or None)
+        attempt, _ = PaymentAttempt.objects.get_or_create(
+            idempotency_key=f"provider:{invoice.provider_invoice_id}:{fact.provider_ref or number}",
             defaults={
-                "kind": fact.kind, "invoice": ctx.invoice, "cycle": ctx.cycle, "amount": fact.amount,
-                "currency": fact.currency, "provider_ref": fact.provider_ref, "decline_code": fact.decline_code,
-                "receipt": ctx.evidence.receipt, "occurred_at": fact.occurred_at, "recorded_at": ctx.now,
+                "cycle": cycle, "origin": AttemptOrigin.PROVIDER,
+                "invoice_digest": invoice_digest(invoice.provider_invoice_id, cycle.amount, cycle.currency),
+                "amount": cycle.amount, "currency": cycle.currency, "state": AttemptState.FAILED,
+                "provider_payment_ref": fact.provider_ref, "decline_code": fact.decline_code,
+                "failure_class": failure_class, "created_at": ctx.now, "resolved_at": ctx.now,
             },
         )
-        recorded += int(created)
+        return attempt
+
+    def attempt_for(fact: Any) -> PaymentAttempt | None:
+        attempts = PaymentAttempt.objects.filter(cycle=cycle)
+        if fact.kind == FactKind.PAYMENT_FAILED:
+            which = fact.dedupe_key.rsplit(":", 1)[-1]  # failed:<invoice>:<attempt number or idempotency key>
+            own = attempts.filter(idempotency_key=which).first()
+            if own is not None or not which.isdigit():
+                return own or in_flight
+            if ctx.spec.retry_authority == "LOCAL":
+                # Attempt 1 is the renewal charge (the provider's); local attempt n holds slot n.
+                slot = attempts.filter(idempotency_key=local_idempotency_key(cycle.cycle_id, int(which))).first()
+                return slot or provider_attempt(fact, which)
+            return in_flight or provider_attempt(fact, which)
+        if fact.kind == FactKind.PAYMENT_SUCCEEDED:
+            paid_with = attempts.filter(state=AttemptState.SUCCEEDED, provider_payment_ref=fact.provider_ref)
+            return (paid_with.first() if fact.provider_ref else None) or in_flight
+        if fact.kind in (FactKind.INVOICE_VOIDED, FactKind.MARKED_UNCOLLECTIBLE):
+            return None
+        # Refunds and disputes reverse the payment of this invoice: its attempt, if it had one.
+        paid = (MonetaryFact.objects.filter(invoice=invoice, kind=FactKind.PAYMENT_SUCCEEDED, attempt__isnull=False)
+                .select_related("attempt").first())
+        if paid is not None:
+            return paid.attempt
+        return attempts.filter(state=AttemptState.SUCCEEDED, provider_payment_ref=fact.provider_ref).first() \
+            if fact.provider_ref else None
+
+    recorded = 0
+    for fact in ctx.evidence.facts:
+        if MonetaryFact.objects.filter(dedupe_key=fact.dedupe_key).exists():
+            continue
+        amount, cumulative = fact.amount, None
+        if fact.kind == FactKind.REFUNDED:
+            # Facts written before `cumulative_amount` hold the cumulative total as their amount.
+            on_record = (MonetaryFact.objects.filter(invoice=invoice, kind=FactKind.REFUNDED,
+                                                     provider_ref=fact.provider_ref)
+                         .aggregate(total=Max(Coalesce("cumulative_amount", "amount")))["total"] or 0)
+            cumulative, amount = fact.amount, fact.amount - on_record
+            if amount <= 0:
+                ctx.notes.append(f"refund total {cumulative} of {fact.provider_ref} is already on record "
+                                 f"({on_record}); nothing new refunded")
+                continue
+        MonetaryFact.objects.create(
+            dedupe_key=fact.dedupe_key, kind=fact.kind, invoice=invoice, cycle=cycle, attempt=attempt_for(fact),
+            amount=amount, cumulative_amount=cumulative, currency=fact.currency, provider_ref=fact.provider_ref,
+            decline_code=fact.decline_code, receipt=ctx.evidence.receipt, occurred_at=fact.occurred_at,
+            recorded_at=ctx.now,
+        )
+        recorded += 1
     return recorded
 
 

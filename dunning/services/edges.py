@@ -17,6 +17,7 @@ from dunning.models import AttemptOrigin, CauseKind, FactKind, PaymentAttempt, T
 from dunning.services.guards import (
     UNPAID_STATUSES,
     EdgeContext,
+    fresh_receipt_max_age,
     refuse,
     require_fresh_invoice_receipt,
     require_no_pending_attempt,
@@ -345,6 +346,91 @@ def revise_draft_amount(ctx: EdgeContext) -> None:
     ctx.cycle.amount = ctx.invoice.amount_due
 
 
+def _require_fresh_customer_receipt(ctx: EdgeContext) -> None:
+    """The edge needs a fresh provider fetch of this subscription's customer."""
+    receipt = ctx.evidence.receipt
+    customer_id = ctx.subscription.customer.provider_customer_id
+    if receipt is None or receipt.object_type != "customer":
+        refuse("CUSTOMER_RECEIPT_REQUIRED", "this edge needs a fresh provider receipt of the customer")
+    if receipt.object_id != customer_id:
+        refuse("RECEIPT_NOT_FOR_THIS_CUSTOMER", f"receipt is for customer {receipt.object_id}, not {customer_id}")
+    age = ctx.now - receipt.fetched_at
+    limit = fresh_receipt_max_age()
+    if age > limit or age < -limit:
+        refuse("RECEIPT_NOT_FRESH", f"receipt fetched {age.total_seconds():.0f}s from trusted now; limit {limit}")
+
+
+def clear_customer_action(ctx: EdgeContext) -> None:
+    """A new default payment method, fetched fresh, answers a hard decline: the customer has acted.
+    The same card seen again (or still the declined one) changes nothing."""
+    if not ctx.cycle.customer_action_required:
+        refuse("NO_CUSTOMER_ACTION_REQUIRED", "this cycle does not wait for the customer")
+    _require_fresh_customer_receipt(ctx)
+    method = ctx.param("payment_method", required=False) or ""
+    declined = ctx.param("declined_payment_method")
+    if not method:
+        refuse("NO_DEFAULT_PAYMENT_METHOD", "the customer has no default payment method")
+    if method == declined:
+        refuse("SAME_PAYMENT_METHOD", f"{method} is the payment method that was declined")
+    ctx.notes.append(f"new default payment method {method} (declined: {declined})")
+    ctx.cycle.clear_customer_action()
+
+
+def _next_local_slot(ctx: EdgeContext) -> int:
+    """Attempt 1 was the renewal charge; each locally dispatched attempt takes the next slot."""
+    return 2 + PaymentAttempt.objects.filter(cycle=ctx.cycle, origin=AttemptOrigin.LOCAL).count()
+
+
+def dispatch_customer_payment(ctx: EdgeContext) -> None:
+    """The customer's "Pay now" under provider retry authority: the attempt and its idempotency key
+    are committed (DISPATCHING) before the provider is called; the cycle's state stays."""
+    if ctx.spec.retry_authority != "PAYMENT_PROVIDER":
+        refuse("RETRY_AUTHORITY_IS_LOCAL", "under LOCAL authority the customer's payment is a local retry")
+    require_no_pending_attempt(ctx)
+    unanswered = PaymentAttempt.objects.filter(cycle=ctx.cycle, origin=AttemptOrigin.LOCAL,
+                                               state__in=(AttemptState.DISPATCHING, AttemptState.UNKNOWN)).first()
+    if unanswered is not None:  # detached from the cycle by an event, still without its own answer
+        refuse("ATTEMPT_PENDING", f"attempt {unanswered.operation_id} is {unanswered.state}")
+    if ctx.cycle.customer_action_required:
+        refuse("NON_RETRYABLE_NO_RETRY", "the card on file was declined for good; a new payment method first")
+    if ctx.invoice.status not in UNPAID_STATUSES:
+        refuse("INVOICE_NOT_UNPAID", f"invoice {ctx.invoice.provider_invoice_id} is {ctx.invoice.status}")
+    attempt = PaymentAttempt.objects.create(
+        cycle=ctx.cycle, origin=AttemptOrigin.LOCAL,
+        idempotency_key=local_idempotency_key(ctx.cycle.cycle_id, _next_local_slot(ctx)),
+        invoice_digest=invoice_digest(ctx.invoice.provider_invoice_id, ctx.invoice.amount_due, ctx.invoice.currency),
+        amount=ctx.invoice.amount_due, currency=ctx.invoice.currency,
+        state=AttemptState.DISPATCHING, created_at=ctx.now, dispatched_at=ctx.now,
+    )
+    ctx.notes.append(f"customer payment {attempt.operation_id} under key {attempt.idempotency_key}")
+    ctx.cycle.dispatch_customer_payment(attempt=attempt)
+
+
+def _customer_attempt(ctx: EdgeContext, *states: str) -> PaymentAttempt:
+    operation_id = ctx.param("operation_id")
+    attempt = PaymentAttempt.objects.filter(cycle=ctx.cycle, operation_id=operation_id,
+                                            origin=AttemptOrigin.LOCAL).first()
+    if attempt is None or attempt.state not in states:
+        refuse("NO_PENDING_ATTEMPT", f"no {'/'.join(states)} customer payment {operation_id} on this cycle")
+    return attempt
+
+
+def customer_payment_failed(ctx: EdgeContext) -> None:
+    attempt = _customer_attempt(ctx, AttemptState.DISPATCHING, AttemptState.UNKNOWN)
+    failure_class, decline_code, no_retry = _failure_from_params(ctx)
+    ref = ctx.param("provider_payment_ref", required=False, default="") or attempt.provider_payment_ref
+    _move_attempt(attempt, AttemptState.FAILED, ctx, decline_code=decline_code, failure_class=failure_class,
+                  provider_payment_ref=ref)
+    ctx.cycle.customer_payment_failed(attempt=attempt, failure_class=failure_class, decline_code=decline_code,
+                                      no_retry=no_retry)
+
+
+def customer_payment_unknown(ctx: EdgeContext) -> None:
+    attempt = _customer_attempt(ctx, AttemptState.DISPATCHING)
+    _move_attempt(attempt, AttemptState.UNKNOWN, ctx)
+    ctx.cycle.customer_payment_unknown()
+
+
 def record_evidence(ctx: EdgeContext) -> None:
     """No state change: the receipt and facts are recorded and the aggregate recomputed."""
 
@@ -383,4 +469,10 @@ EDGES: dict[str, Edge] = {
     "reopen_after_dispute": Edge(reopen_after_dispute, notification="payment_failed"),
     "record_evidence": Edge(record_evidence, moves_cycle=False),
     "revise_draft_amount": Edge(revise_draft_amount, moves_cycle=False, writes_cycle=True),
+    # The customer's own actions (issue 15): a new card, and "Pay now" under provider authority.
+    # Self-loops on the state; each moves the generation.
+    "clear_customer_action": Edge(clear_customer_action),
+    "dispatch_customer_payment": Edge(dispatch_customer_payment),
+    "customer_payment_failed": Edge(customer_payment_failed),
+    "customer_payment_unknown": Edge(customer_payment_unknown),
 }

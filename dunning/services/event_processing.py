@@ -18,6 +18,7 @@ from dunning.deadlocks import retry_on_deadlock
 from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, PaymentAttempt, ProviderEvent
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.opening import InvoiceFacts, OpeningRefused, cycle_open_for_invoice
+from dunning.services.payment_methods import PAYMENT_METHOD_EVENT_TYPES, payment_method_event
 from dunning.services.receipts import receipt_record
 from dunning.services.reconcile import cycle_reconcile_with_invoice, invoice_update
 from dunning.services.results import Cause, Evidence, Expect, FactSpec
@@ -95,6 +96,8 @@ def _process(event: ProviderEvent, provider: PaymentProvider, now: datetime) -> 
     cause = Cause.event(event.event_id)
     if kind.startswith("customer.subscription."):
         return _subscription_event(p, event, provider, obj["id"], cause, now)
+    if kind in PAYMENT_METHOD_EVENT_TYPES:
+        return payment_method_event(p, event, provider, cause, now)
     if kind.startswith("invoice."):
         if not obj.get("id"):
             return p.finish(EventOutcome.IGNORED, f"{kind} has no invoice id (upcoming invoices are previews)")
@@ -113,7 +116,8 @@ def _subscription_event(p: Processing, event: ProviderEvent, provider: PaymentPr
     except ProviderNotFound:
         return p.finish(EventOutcome.QUARANTINED, f"provider has no subscription {sub_id}")
     try:
-        intake = subscription_import(remote, cause=cause, now=now, fetched_at=trusted_now(), event=event)
+        intake = subscription_import(remote, cause=cause, now=now, fetched_at=trusted_now(), event=event,
+                                     provider=provider)
     except ContractRefused as refused:
         p.subscription = Subscription.objects.filter(provider="stripe", provider_subscription_id=sub_id).first()
         return p.finish(EventOutcome.QUARANTINED, f"contract not applied: {refused.code}: {refused.detail}")
@@ -134,6 +138,9 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
         inv = provider.fetch_invoice(invoice_id)
     except ProviderNotFound:
         return p.finish(EventOutcome.QUARANTINED, f"provider has no invoice {invoice_id}")
+    stale = invoice_read_is_stale(inv)
+    if stale:
+        raise ProviderIndeterminate(stale)  # an old copy would move the mirror back; asked again later
     if event.event_type in PAID_EVENT_TYPES and inv.status != "paid":
         # A paid invoice never becomes unpaid again, so this read predates the event (a lagging
         # replica or cache). The event's body is not evidence, but it says when to ask again:
@@ -149,7 +156,7 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
     if sub is None:
         try:
             sub = subscription_import(provider.fetch_subscription(inv.subscription_id), cause=cause, now=now,
-                                      event=event).subscription
+                                      event=event, provider=provider).subscription
         except ContractRefused as refused:
             return p.finish(EventOutcome.QUARANTINED, f"subscription {inv.subscription_id} not imported: "
                                                       f"{refused.code}: {refused.detail}")
@@ -269,12 +276,21 @@ def _payment_event(p: Processing, event: ProviderEvent, provider: PaymentProvide
     invoice_id = _invoice_for_payment(provider, [r if isinstance(r, str) else r.get("id", "") for r in refs])
     if invoice_id is None:
         return p.finish(EventOutcome.UNATTRIBUTABLE, f"payment {payment_id} is not linked to any invoice we know")
+    _refuse_stale_invoice_read(provider, invoice_id, must_be_paid=event.event_type == "charge.refunded")
     extra: tuple[FactSpec, ...] = ()
     if event.event_type == "charge.refunded":
+        from django.db.models import Max
+        from django.db.models.functions import Coalesce
+
         payment = provider.fetch_payment(payment_id)
         receipt_record(object_type=payment.object or "charge", body=payment.raw, fetched_at=trusted_now(),
                        cause_event=event)
-        if payment.amount_refunded:
+        # The fetched charge shows its cumulative refunded total. The fact is offered with that
+        # total (one dedupe key per total); the acceptance turns it into the increment over the
+        # refunds on record, under the invoice's lock. A total already covered is not offered at all.
+        on_record = (MonetaryFact.objects.filter(kind=FactKind.REFUNDED, provider_ref=payment.id)
+                     .aggregate(total=Max(Coalesce("cumulative_amount", "amount")))["total"] or 0)
+        if payment.amount_refunded > on_record:
             extra = (FactSpec(FactKind.REFUNDED, payment.amount_refunded, payment.currency,
                               f"refund:{payment.id}:{payment.amount_refunded}", now, provider_ref=payment.id),)
     failure = event.event_type in ("payment_intent.payment_failed", "charge.failed")
@@ -290,6 +306,7 @@ def _dispute_event(p: Processing, event: ProviderEvent, provider: PaymentProvide
     invoice_id = _invoice_for_payment(provider, [r if isinstance(r, str) else r.get("id", "") for r in refs])
     if invoice_id is None:
         return p.finish(EventOutcome.UNATTRIBUTABLE, f"dispute {dispute_id} is not linked to any invoice we know")
+    _refuse_stale_invoice_read(provider, invoice_id, must_be_paid=True)  # a disputed charge paid its invoice
     if dispute.status == "lost":
         fact = FactSpec(FactKind.DISPUTE_LOST, dispute.amount, dispute.currency, f"dispute_lost:{dispute.id}", now,
                         provider_ref=dispute.payment_ref)
@@ -299,20 +316,76 @@ def _dispute_event(p: Processing, event: ProviderEvent, provider: PaymentProvide
     else:
         fact = FactSpec(FactKind.DISPUTE_OPENED, dispute.amount, dispute.currency, f"dispute_opened:{dispute.id}",
                         now, provider_ref=dispute.payment_ref)
-    result = _invoice_evidence(p, event, provider, invoice_id, cause, now, extra_facts=(fact,))
+    # The money the dispute moved, as the fetched dispute's balance transactions show it (a
+    # withdrawal is negative, a reinstatement positive; fees are the provider's, not the
+    # customer's money). Whichever dispute event arrives records every movement seen so far, once
+    # per balance transaction, so a lost `funds_withdrawn` delivery is made up by the next event.
+    funds: list[FactSpec] = []
+    for movement in dispute.raw.get("balance_transactions") or []:
+        if not isinstance(movement, dict) or not movement.get("id") or not int(movement.get("amount") or 0):
+            continue
+        amount = int(movement["amount"])
+        kind = FactKind.DISPUTE_FUNDS_WITHDRAWN if amount < 0 else FactKind.DISPUTE_FUNDS_REINSTATED
+        funds.append(FactSpec(kind, abs(amount), (movement.get("currency") or dispute.currency).lower(),
+                              f"dispute_funds:{dispute.id}:{movement['id']}", now, provider_ref=dispute.payment_ref))
+    facts = (fact, *funds)
+    result = _invoice_evidence(p, event, provider, invoice_id, cause, now, extra_facts=facts)
     if dispute.status == "lost" and p.cycle is not None:
-        _reopen_after_lost_dispute(p, event, provider, invoice_id, cause, now, fact)
+        _reopen_after_lost_dispute(p, event, provider, invoice_id, cause, now, facts)
     return result
 
 
 def _reopen_after_lost_dispute(p: Processing, event: ProviderEvent, provider: PaymentProvider, invoice_id: str,
-                               cause: Cause, now: datetime, fact: FactSpec) -> None:
+                               cause: Cause, now: datetime, facts: tuple[FactSpec, ...]) -> None:
     cycle = DunningCycle.objects.select_related("invoice", "subscription", "pending_attempt").get(pk=p.cycle.pk)
     if cycle.state != CycleState.RECOVERED:
         return
     result = cycle_accept_transition(cycle_pk=cycle.pk, edge="reopen_after_dispute", expect=Expect.from_cycle(cycle),
-                                     cause=cause, evidence=Evidence(facts=(fact,)), now=now)
+                                     cause=cause, evidence=Evidence(facts=facts), now=now)
     p.detail.append(f"reopen_after_dispute: {'accepted' if result.accepted else result.reason}")
-    if result.accepted:
-        _invoice_evidence(Processing(), event, provider, invoice_id, cause, now)
-        p.outcome = EventOutcome.APPLIED
+    if not result.accepted:
+        return
+    p.outcome = EventOutcome.APPLIED
+    # The reopened debt goes to grace at once (what a paid receipt of a reopened cycle plans), not
+    # after another read of the invoice: an old copy of it (open, never attempted) plans nothing and
+    # left the cycle in PAYMENT_FAILED with no deadline.
+    reopened = result.cycle
+    grace = cycle_accept_transition(cycle_pk=cycle.pk, edge="start_grace", expect=Expect.from_cycle(reopened),
+                                    cause=cause, evidence=Evidence(), now=now)
+    p.detail.append(f"start_grace: {'accepted' if grace.accepted else grace.reason}")
+
+
+def _refuse_stale_invoice_read(provider: PaymentProvider, invoice_id: str, *, must_be_paid: bool) -> None:
+    """Payment and dispute events often arrive long after their invoice was settled: a read of
+    the invoice that is an old copy (see `invoice_read_is_stale`) would move the mirror back when
+    the event is processed, so the event is left pending and asked again, as `_invoice_evidence`
+    does for a paid event read unpaid. A refunded or disputed charge paid its invoice."""
+    stale = invoice_read_is_stale(provider.fetch_invoice(invoice_id), must_be_paid=must_be_paid)
+    if stale:
+        raise ProviderIndeterminate(stale)
+
+
+def invoice_read_is_stale(inv: ProviderInvoice, *, must_be_paid: bool = False) -> str:
+    """Why a fresh read of an invoice is an old copy (a lagging replica or cache), or "" when it
+    is not. An invoice only moves forward (draft → open → uncollectible → paid / void), so a read
+    that shows it behind a receipt we already hold cannot be the provider's current invoice."""
+    from dunning.models import ProviderReceipt
+
+    rank = {"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
+    held = set(ProviderReceipt.objects.filter(object_type="invoice", object_id=inv.id)
+               .values_list("status", flat=True).distinct())
+    floor = max([rank.get(status, -1) for status in held] + [rank["paid"] if must_be_paid else -1])
+    if rank.get(inv.status, 0) >= floor:
+        return ""
+    shown = ", ".join(sorted(held)) or "paid, for a refunded or disputed charge"
+    return f"invoice {inv.id} reads {inv.status}, behind what the provider already showed ({shown}): a stale read; " \
+           f"asking again later"
+
+
+def event_process_fresh(event: ProviderEvent, *, now: datetime, provider: PaymentProvider | None = None
+                        ) -> Processing:
+    """The processing of `event_process`, run again on a fresh fetch of the provider's objects,
+    WITHOUT recording the outcome on the event: `dunning.services.event_requeue` records it beside
+    the audit row of the staff member who asked. Raises ProviderIndeterminate when the provider
+    cannot be asked (nothing is decided then)."""
+    return _process(event, provider or get_provider(event.provider), now)

@@ -33,6 +33,9 @@ from subscriptions.providers.registry import get_provider
 S = CycleState
 # Stripe keeps idempotency keys for 24 hours; resend only well inside that window.
 KEY_RESEND_WINDOW = timedelta(hours=23)
+# A paid answer is accepted again after a stale refusal (an event moved the cycle meanwhile).
+RECOVER_TRIES = 3
+STALE = frozenset({"STALE_CYCLE_GENERATION", "STALE_INVOICE_REVISION", "STALE_ROOT", "STALE_ATTEMPT"})
 
 
 @dataclass
@@ -86,35 +89,75 @@ def retry_resolve(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
     attempt = cycle.pending_attempt
     if cycle.state not in (S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN) or attempt is None:
         return RetryOutcome("REFUSED", f"nothing to resolve (cycle is {cycle.state})")
+    return attempt_resolve(out, cycle, cause, now, provider, LOCAL_RETRY)
+
+
+def attempt_resolve(out: RetryOutcome, cycle: DunningCycle, cause: Cause, now: datetime, provider: PaymentProvider,
+                    path: AttemptPath, attempt: PaymentAttempt | None = None) -> RetryOutcome:
+    """Ask the provider how an attempt (by default the cycle's pending one) ended: the invoice
+    first, then the same request under the same key (inside the key's retention), never a new
+    attempt."""
+    attempt = attempt or cycle.pending_attempt
     try:
         inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
     except ProviderIndeterminate as exc:
-        return _unknown(out, cycle, cause, now, f"provider query failed: {exc}")
+        return _unknown(out, cycle, cause, now, f"provider query failed: {exc}", path, attempt)
     if inv.status == "paid":
         return _paid(out, cycle, inv, cause, now)
     if attempt.dispatched_at and now - attempt.dispatched_at > KEY_RESEND_WINDOW:
-        return _unknown(out, cycle, cause, now, "idempotency key past its retention window; a person must decide")
-    return _send(out, cycle, cause, now, provider)
+        return _unknown(out, cycle, cause, now, "idempotency key past its retention window; a person must decide",
+                        path, attempt)
+    if path is LOCAL_RETRY:
+        return _send(out, cycle, cause, now, provider)  # (the simulation instruments this name)
+    return attempt_send(out, cycle, cause, now, provider, path, attempt)
+
+
+@dataclass(frozen=True)
+class AttemptPath:
+    """How an answered attempt is accepted: a scheduled local retry moves the cycle through
+    RETRY_FAILED / PAYMENT_UNKNOWN; the customer's own payment ("Pay now") leaves the cycle's
+    state alone and records the answer on its attempt."""
+
+    failed_edge: str
+    unknown_edge: str
+    names_attempt: bool  # the edges are told which attempt (its operation id) they resolve
+    after_decline: tuple[str, ...] = ()  # asked once a decline was accepted
+
+
+LOCAL_RETRY = AttemptPath("retry_failed", "mark_unknown", names_attempt=False,
+                          # back to grace, then the policy's next interval unless the budget is spent or the
+                          # decline was hard (the schedule_retry guard says which)
+                          after_decline=("return_to_grace", "schedule_retry"))
+CUSTOMER_PAYMENT = AttemptPath("customer_payment_failed", "customer_payment_unknown", names_attempt=True)
 
 
 def _send(out: RetryOutcome, cycle: DunningCycle, cause: Cause, now: datetime,
           provider: PaymentProvider) -> RetryOutcome:
-    attempt: PaymentAttempt = cycle.pending_attempt
+    return attempt_send(out, cycle, cause, now, provider, LOCAL_RETRY)
+
+
+def attempt_send(out: RetryOutcome, cycle: DunningCycle, cause: Cause, now: datetime, provider: PaymentProvider,
+                 path: AttemptPath, attempt: PaymentAttempt | None = None) -> RetryOutcome:
+    """Send an attempt (by default the cycle's pending one; committed DISPATCHING or UNKNOWN)
+    under its own key and accept the answer. A resend under the same key is answered from the
+    provider's idempotency record, never charged again."""
+    attempt = attempt or cycle.pending_attempt
     try:
         paid = provider.pay_invoice(cycle.invoice.provider_invoice_id, idempotency_key=attempt.idempotency_key)
     except ProviderDeclined as declined:
-        return _declined(out, cycle, declined, cause, now, provider)
+        return _declined(out, cycle, declined, cause, now, provider, path, attempt)
     except ProviderIndeterminate as exc:
-        return _unknown(out, cycle, cause, now, f"no definite answer: {exc}")
+        return _unknown(out, cycle, cause, now, f"no definite answer: {exc}", path, attempt)
     except ProviderError as exc:
         # A definite refusal of the request (e.g. the invoice is already paid or void): the invoice says why.
         try:
             inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
         except ProviderIndeterminate:
-            return _unknown(out, cycle, cause, now, f"request refused ({exc}) and the invoice could not be fetched")
+            return _unknown(out, cycle, cause, now, f"request refused ({exc}) and the invoice could not be fetched",
+                            path, attempt)
         if inv.status == "paid":
             return _paid(out, cycle, inv, cause, now)
-        return _unknown(out, cycle, cause, now, f"provider refused the request: {exc}")
+        return _unknown(out, cycle, cause, now, f"provider refused the request: {exc}", path, attempt)
     try:
         inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
     except ProviderIndeterminate:
@@ -132,15 +175,24 @@ def _paid(out: RetryOutcome, cycle: DunningCycle, inv: ProviderInvoice, cause: C
     evidence = Evidence(receipt=_receipt(cycle, inv), invoice=invoice_update(inv),
                         facts=invoice_facts(inv, decline_code="", now=now))
     ref = payment_ref or (inv.payment_refs[-1] if inv.payment_refs else "")
-    result = _accept(out, cycle.pk, "recover", cause, now, evidence, provider_payment_ref=ref)
-    out.status = "PAID" if result.accepted else "REFUSED"
-    out.detail = "" if result.accepted else result.reason
+    for _ in range(RECOVER_TRIES):
+        result = _accept(out, cycle.pk, "recover", cause, now, evidence, provider_payment_ref=ref)
+        if result.accepted:
+            break
+        # The provider's own webhook may have recovered the cycle from the same payment while we
+        # waited for the answer: that is this payment, not a refusal of it.
+        if cycle_read(cycle.pk).state == S.RECOVERED or result.reason not in STALE:
+            break
+    recovered = result.accepted or cycle_read(cycle.pk).state == S.RECOVERED
+    out.status = "PAID" if recovered else "REFUSED"
+    out.detail = "" if recovered else result.reason
     return out
 
 
 def _declined(out: RetryOutcome, cycle: DunningCycle, declined: ProviderDeclined, cause: Cause, now: datetime,
-              provider: PaymentProvider) -> RetryOutcome:
-    attempt = cycle.pending_attempt
+              provider: PaymentProvider, path: AttemptPath = LOCAL_RETRY,
+              attempt: PaymentAttempt | None = None) -> RetryOutcome:
+    attempt = attempt or cycle.pending_attempt
     try:
         inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
         evidence = Evidence(receipt=_receipt(cycle, inv), invoice=invoice_update(inv), facts=(
@@ -149,20 +201,26 @@ def _declined(out: RetryOutcome, cycle: DunningCycle, declined: ProviderDeclined
                      provider_ref=declined.payment_ref, decline_code=declined.decline_code),))
     except ProviderIndeterminate:
         evidence = Evidence()
-    failed = _accept(out, cycle.pk, "retry_failed", cause, now, evidence, decline_code=declined.decline_code,
-                     provider_payment_ref=declined.payment_ref)
+    named = {"operation_id": attempt.operation_id} if path.names_attempt else {}
+    failed = _accept(out, cycle.pk, path.failed_edge, cause, now, evidence, decline_code=declined.decline_code,
+                     provider_payment_ref=declined.payment_ref, **named)
     out.status = "DECLINED" if failed.accepted else "REFUSED"
     out.detail = declined.decline_code
     if failed.accepted:
-        _accept(out, cycle.pk, "return_to_grace", cause, now)
-        # The policy's next interval, unless the guard says the budget is spent or the decline is hard.
-        _accept(out, cycle.pk, "schedule_retry", cause, now)
+        for edge in path.after_decline:
+            _accept(out, cycle.pk, edge, cause, now)
     return out
 
 
-def _unknown(out: RetryOutcome, cycle: DunningCycle, cause: Cause, now: datetime, why: str) -> RetryOutcome:
+def _unknown(out: RetryOutcome, cycle: DunningCycle, cause: Cause, now: datetime, why: str,
+             path: AttemptPath = LOCAL_RETRY, attempt: PaymentAttempt | None = None) -> RetryOutcome:
     out.status = "UNKNOWN"
     out.detail = why
-    if cycle.state == S.RETRY_DISPATCHING and cycle.pending_attempt.state == AttemptState.DISPATCHING:
-        _accept(out, cycle.pk, "mark_unknown", cause, now)
+    attempt = attempt or cycle.pending_attempt
+    if attempt is None or attempt.state != AttemptState.DISPATCHING:
+        return out
+    if path.names_attempt:
+        _accept(out, cycle.pk, path.unknown_edge, cause, now, operation_id=attempt.operation_id)
+    elif cycle.state == S.RETRY_DISPATCHING:
+        _accept(out, cycle.pk, path.unknown_edge, cause, now)
     return out

@@ -18,6 +18,7 @@ from django.template.loader import select_template
 from dunning.models import DunningCycle, NotificationDelivery, OutboxMessage
 from dunning.states import DELINQUENT_STATES, GRACE_PROFILE_STATES, RESTRICTED_PROFILE_STATES, CycleState
 from entitlements.profiles import get_profile
+from subscriptions.billing.plan_names import plan_label
 from subscriptions.models import Subscription
 
 # The cycle states in which each message still tells the truth.
@@ -98,7 +99,7 @@ def _context(payload: dict[str, Any], subscription: Subscription, cycle: Dunning
     base = getattr(settings, "DUNNING_PUBLIC_BASE_URL", "http://localhost:8000").rstrip("/")
     context: dict[str, Any] = {
         "customer_name": subscription.customer.name or subscription.customer.email,
-        "plan": subscription.price_id,
+        "plan": plan_label(subscription),  # the product's name, never a price id
         "access_now": spec_profile.summary,
         "billing_url": f"{base}/billing/",
         "support_email": getattr(settings, "DUNNING_SUPPORT_EMAIL", "support@example.com"),

@@ -101,15 +101,20 @@ class ContractUpdate:
     pause_behavior: str = ""
     pause_resumes_at: datetime | None = None
     trial_end: datetime | None = None
+    plan_name: str = ""  # the first price's product name; "" when the provider could not say
 
     def mirror_fields(self) -> dict[str, Any]:
-        """The Subscription columns this read sets (the contract line's mirror)."""
-        return {
+        """The Subscription columns this read sets (the contract line's mirror). A plan name the
+        provider could not give keeps the one on record."""
+        fields = {
             "provider_status": self.status, "cancel_at_period_end": self.cancel_at_period_end,
             "current_period_end": self.current_period_end, "contract_ended_at": self.ended_at,
             "pause_behavior": self.pause_behavior, "pause_resumes_at": self.pause_resumes_at,
             "trial_end": self.trial_end,
         }
+        if self.plan_name:
+            fields["plan_name"] = self.plan_name
+        return fields
 
     @classmethod
     def from_provider(cls, remote: ProviderSubscription, *, fetched_at: datetime) -> ContractUpdate:

@@ -7,7 +7,7 @@ ago, and the fetch time fences older reads out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from dunning.clock import trusted_now
@@ -17,7 +17,8 @@ from dunning.services.receipts import receipt_record
 from dunning.services.results import Cause, ContractUpdate, Evidence, TransitionResult
 from dunning.services.subscription_acceptance import subscription_accept_change
 from subscriptions.models import Customer, Subscription
-from subscriptions.providers.base import ProviderSubscription
+from subscriptions.providers.base import PaymentProvider, ProviderError, ProviderSubscription
+from subscriptions.providers.registry import get_provider
 
 # A concurrent acceptance moved the revision between our read and our write: read and ask again.
 CONTRACT_CAS_TRIES = 3
@@ -42,13 +43,16 @@ class ContractIntake:
 
 
 def subscription_import(remote: ProviderSubscription, *, cause: Cause, now: datetime,
-                        fetched_at: datetime | None = None, event: ProviderEvent | None = None) -> ContractIntake:
+                        fetched_at: datetime | None = None, event: ProviderEvent | None = None,
+                        provider: PaymentProvider | None = None) -> ContractIntake:
     """Import or update the contract from a fresh fetch (`fetched_at`: when it was fetched)."""
     fetched_at = fetched_at or trusted_now()
+    existing = Subscription.objects.filter(provider="stripe", provider_subscription_id=remote.id).first()
     update = ContractUpdate.from_provider(remote, fetched_at=fetched_at)
+    if remote.price_ids and (existing is None or not existing.plan_name or existing.price_id != remote.price_ids[0]):
+        update = replace(update, plan_name=_product_name(remote.price_ids[0], provider))
     receipt = receipt_record(object_type="subscription", body=remote.raw or {"id": remote.id, "status": remote.status},
                              account=remote.account, fetched_at=fetched_at, cause_event=event)
-    existing = Subscription.objects.filter(provider="stripe", provider_subscription_id=remote.id).first()
     if existing is None:
         return _register(remote, update, cause, now)
     result: TransitionResult | None = None
@@ -69,6 +73,15 @@ def subscription_import(remote: ProviderSubscription, *, cause: Cause, now: date
     changed = bool(result and result.accepted and (result.snapshot_issued or
                                                    existing.contract_revision != revision_before))
     return ContractIntake(existing, False, result, changed)
+
+
+def _product_name(price_id: str, provider: PaymentProvider | None) -> str:
+    """What customers call the plan (pages and emails never show a price id). Asked once per plan
+    read, not per page; a provider that cannot say leaves the name on record."""
+    try:
+        return (provider or get_provider("stripe")).fetch_price(price_id).product_name.strip()[:255]
+    except ProviderError:
+        return ""
 
 
 def _register(remote: ProviderSubscription, update: ContractUpdate, cause: Cause, now: datetime) -> ContractIntake:

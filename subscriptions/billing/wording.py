@@ -36,6 +36,13 @@ def summary(profile: str) -> str:
     return PROFILES[profile].summary if profile in PROFILES else "limited access"
 
 
+def then_summary(profile: str) -> str:
+    """A summary that follows "after that": its explanation in brackets, so the sentence goes on
+    ("suspended (you can still sign in to read and export your data), unless …")."""
+    head, sep, tail = summary(profile).partition(": ")
+    return f"{head} ({tail})" if sep else head
+
+
 def limits(profile: str) -> list[str]:
     p = get_profile(profile) if profile in PROFILES else None
     if p is None or profile == FULL:
@@ -112,7 +119,7 @@ def _debt_text(sub: Subscription, cycles: list[DunningCycle], now: datetime) -> 
         ends = min(c.exception_expires_at for c in exceptions)
         after = most_restrictive(_after_profile(c) for c in exceptions) or profile
         return AccessText(f"{now_words[0].upper()}{now_words[1:]} until {day(ends, now)}; after that "
-                          f"{summary(after)}, unless the open invoice is paid.", profile)
+                          f"{then_summary(after)}, unless the open invoice is paid.", profile)
     if any(c.state == S.EVIDENCE_CONFLICT for c in blocking):
         return AccessText(f"{now_words[0].upper()}{now_words[1:]}. We are checking a payment that our records show "
                           "two ways; your access stays as it is until our team has looked at it.", profile)
@@ -125,6 +132,6 @@ def _debt_text(sub: Subscription, cycles: list[DunningCycle], now: datetime) -> 
         after = most_restrictive(policy_spec(c.policy).restricted_profile for c in in_grace) or profile
         if ends > now:
             return AccessText(f"{now_words[0].upper()}{now_words[1:]} until {day(ends, now)}; after that "
-                              f"{summary(after)}, unless the open invoice is paid.", profile)
+                              f"{then_summary(after)}, unless the open invoice is paid.", profile)
     return AccessText(f"{now_words[0].upper()}{now_words[1:]}. Pay the open invoice to restore full access.",
                       profile)

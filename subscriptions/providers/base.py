@@ -125,6 +125,28 @@ class ProviderSubscription:
 
 
 @dataclass(frozen=True)
+class ProviderCustomer:
+    """A customer as the provider holds it: what matters here is the payment method the
+    provider charges its invoices to (a new one is what a hard decline asks the customer for)."""
+
+    id: str
+    account: str
+    email: str
+    default_payment_method: str | None  # id of the method invoices are charged to; None when there is none
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ProviderPrice:
+    """A price (a legacy plan id counts) with the name customers know its product by."""
+
+    id: str
+    product_name: str  # the product's name, else the price's nickname; "" when the provider names neither
+    interval: str  # month | year | "" for a one-off price
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class PayOutcome:
     """Definite result of paying an invoice (an indeterminate one raises)."""
 
@@ -144,6 +166,19 @@ class PaymentProvider(Protocol):
     def fetch_subscription(self, subscription_id: str) -> ProviderSubscription: ...
 
     def invoice_for_payment(self, payment_id: str) -> str | None: ...
+
+    def fetch_customer(self, customer_id: str) -> ProviderCustomer:
+        """The customer now, with its default payment method. Raises ProviderNotFound,
+        ProviderIndeterminate."""
+        ...
+
+    def payment_method_of(self, payment: ProviderPayment) -> str | None:
+        """The payment method a fetched payment was (last) attempted with; None when it names none."""
+        ...
+
+    def fetch_price(self, price_id: str) -> ProviderPrice:
+        """The price with its product's name (what customers see instead of a price id)."""
+        ...
 
     def cancel_subscription(self, subscription_id: str, *, idempotency_key: str) -> ProviderSubscription:
         """Cancel the provider subscription at once and return it as the provider now holds it.

@@ -18,6 +18,7 @@ import stripe
 
 from subscriptions.providers.base import (
     PayOutcome,
+    ProviderCustomer,
     ProviderDeclined,
     ProviderDispute,
     ProviderError,
@@ -25,6 +26,7 @@ from subscriptions.providers.base import (
     ProviderInvoice,
     ProviderNotFound,
     ProviderPayment,
+    ProviderPrice,
     ProviderRequestError,
     ProviderSubscription,
     WebhookVerificationError,
@@ -220,6 +222,31 @@ class StripeProvider:
             params={"payment": {"type": kind, kind: payment_id}, "limit": 1}))
         data = page.get("data") or []
         return _id(data[0].get("invoice")) if data else None
+
+    def fetch_customer(self, customer_id: str) -> ProviderCustomer:
+        """Invoices are charged to ``invoice_settings.default_payment_method``, else to the legacy
+        ``default_source`` (a card or source attached before PaymentMethods). A deleted customer
+        has neither."""
+        raw = self._call(lambda: self._client.v1.customers.retrieve(customer_id))
+        settings = raw.get("invoice_settings") or {}
+        method = _id(settings.get("default_payment_method")) or _id(raw.get("default_source"))
+        return ProviderCustomer(id=raw["id"], account=self.account, email=raw.get("email") or "",
+                                default_payment_method=method or None, raw=raw)
+
+    def payment_method_of(self, payment: ProviderPayment) -> str | None:
+        """A payment intent names the method of its last attempt (``payment_method``, or the one in
+        ``last_payment_error`` once Stripe has detached it after a failure); a charge names its own."""
+        raw = payment.raw
+        error = raw.get("last_payment_error") or {}
+        method = _id(raw.get("payment_method")) or _id(error.get("payment_method")) or _id(raw.get("source"))
+        return method or None
+
+    def fetch_price(self, price_id: str) -> ProviderPrice:
+        raw = self._call(lambda: self._client.v1.prices.retrieve(price_id, params={"expand": ["product"]}))
+        product = raw.get("product")
+        name = (product.get("name") if isinstance(product, dict) else "") or raw.get("nickname") or ""
+        recurring = raw.get("recurring") or {}
+        return ProviderPrice(id=raw["id"], product_name=str(name), interval=recurring.get("interval") or "", raw=raw)
 
     def list_events(self, *, created_after: datetime | None = None, limit: int = 100) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit}

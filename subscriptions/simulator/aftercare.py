@@ -45,6 +45,7 @@ class AftercareMixin:
                    "amount": charge["amount"] if amount is None else int(amount), "currency": charge["currency"],
                    "charge": charge["id"], "payment_intent": charge["payment_intent"], "reason": reason,
                    "status": "needs_response", "created": self.now_ts()}
+        self._dispute_funds(dispute, -dispute["amount"], "dispute")  # the chargeback withdraws the disputed amount
         self.store.put(dispute)
         charge["disputed"] = True
         self.store.put(charge)
@@ -64,6 +65,8 @@ class AftercareMixin:
                                     code="dispute_already_closed")
         previous = {"status": dispute["status"]}
         dispute["status"] = "won" if won else "lost"
+        if won:  # a won dispute gives the withdrawn funds back
+            self._dispute_funds(dispute, dispute["amount"], "dispute_reversal")
         self.store.put(dispute)
         self._ledger_dispute(dispute["charge"], dispute)
         self._emit("charge.dispute.closed", dispute, previous=previous)
@@ -87,3 +90,18 @@ class AftercareMixin:
         if entry is not None:
             entry["dispute"] = dispute["id"]
             entry["dispute_status"] = dispute["status"]
+            movements = dispute.get("balance_transactions") or []
+            entry["dispute_withdrawn"] = -sum(t["amount"] for t in movements if t["amount"] < 0)
+            entry["dispute_reinstated"] = sum(t["amount"] for t in movements if t["amount"] > 0)
+
+    def _dispute_funds(self, dispute: dict[str, Any], amount: int, category: str) -> None:
+        """One balance transaction of the dispute, as Stripe lists them on the dispute object:
+        negative when funds are withdrawn, positive when they are reinstated (the fee stays apart)."""
+        fee = 1500 if amount < 0 else 0
+        dispute.setdefault("balance_transactions", []).append({
+            "id": self.store.new_id("txn"), "object": "balance_transaction", "amount": int(amount),
+            "currency": dispute["currency"], "created": self.now_ts(), "fee": fee, "net": int(amount) - fee,
+            "reporting_category": category, "status": "available", "type": "adjustment",
+            "description": f"Chargeback {'withdrawal' if amount < 0 else 'reversal'} for {dispute['charge']}",
+            "source": dispute["id"],
+        })

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from subscriptions.simulator.simulator import StripeSimulator
 
 OBJECT_KINDS = {"payment_intents": "payment_intent", "charges": "charge", "disputes": "dispute",
-                "refunds": "refund", "subscriptions": "subscription", "customers": "customer"}
+                "refunds": "refund", "subscriptions": "subscription", "customers": "customer",
+                "payment_methods": "payment_method", "setup_intents": "setup_intent", "products": "product"}
 _ID = r"(?P<id>[^/]+)"
 ROUTES = [
     ("GET", re.compile(r"^/v1/invoices$"), "list_invoices"),
@@ -34,6 +35,7 @@ ROUTES = [
     ("GET", re.compile(r"^/v1/invoice_payments$"), "list_invoice_payments"),
     ("GET", re.compile(rf"^/v1/invoice_payments/{_ID}$"), "get_invoice_payment"),
     ("GET", re.compile(rf"^/v1/(?P<kind>{'|'.join(OBJECT_KINDS)})/{_ID}$"), "get_object"),
+    ("GET", re.compile(rf"^/v1/(?:prices|plans)/{_ID}$"), "get_price"),
     ("DELETE", re.compile(rf"^/v1/subscriptions/{_ID}$"), "cancel_subscription"),
     ("POST", re.compile(rf"^/v1/subscriptions/{_ID}/resume$"), "resume_subscription"),
     ("POST", re.compile(rf"^/v1/subscriptions/{_ID}$"), "update_subscription"),
@@ -145,15 +147,18 @@ def _page(items: list[dict[str, Any]], params: dict[str, Any], url: str) -> dict
 
 
 class StripeApi:
-    def __init__(self, sim: StripeSimulator, control: Any = None) -> None:
+    def __init__(self, sim: StripeSimulator, control: Any = None, hosted: Any = None) -> None:
         self.sim = sim
         self.control = control
+        self.hosted = hosted  # the provider-hosted invoice pages under /i/ (HostedPages), if served
 
     def handle(self, req: Request) -> Response:
         request_id = self.sim.store.new_id("request")
         try:
             if req.path.startswith("/_sim/") and self.control is not None:
                 response = self.control.handle(req)
+            elif req.path.startswith("/i/") and self.hosted is not None:
+                response = self.hosted.handle(req)
             else:
                 response = self._handle_api(req, request_id)
         except SimError as exc:
@@ -315,6 +320,14 @@ class StripeApi:
     def get_object(self, args: dict[str, str], params: dict[str, Any], version: str, key: str | None) -> Any:
         kind = OBJECT_KINDS[args["kind"]]
         return self.sim.renderer.render(self._read(args["id"], kind), version, _expand(params))
+
+    def get_price(self, args: dict[str, str], params: dict[str, Any], version: str, key: str | None) -> Any:
+        """``GET /v1/prices/{id}`` (``expand[]=product`` gives the product with its name); a legacy
+        plan id is a price here too."""
+        price = self.sim.store.prices.get(args["id"])
+        if price is None:
+            raise not_found("price", args["id"])
+        return self.sim.renderer.render(price, version, _expand(params))
 
     def _subscription(self, sub_id: str, version: str, params: dict[str, Any]) -> Any:
         return self.sim.renderer.render(self.sim.store.get(sub_id), version, _expand(params))

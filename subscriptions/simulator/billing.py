@@ -106,21 +106,59 @@ class BillingMixin:
 
     @operation
     def set_card(self, customer_id: str, behaviour: str) -> None:
-        """``"ok"`` or a decline code; a new card means a new payment method id."""
+        """``"ok"`` or a decline code; a new card means a new payment method id. Emits nothing (a
+        test's shortcut); ``update_payment_method`` is what a customer saving a card does."""
         cus = self._get(customer_id, "customer")
         cus["card"] = behaviour
         cus["payment_method"] = self.store.new_id("payment_method")
         self.store.put(cus)
 
+    @operation
+    def update_payment_method(self, customer_id: str, card: str = "ok", *, make_default: bool = True) -> str:
+        """The customer saves a new card (a SetupIntent, as Stripe's hosted pages do): the payment
+        method is attached (``payment_method.attached``), the SetupIntent succeeds
+        (``setup_intent.succeeded``) and, with ``make_default``, it becomes the default for invoices
+        (``customer.updated`` with the previous default in ``previous_attributes``). ``card`` is
+        how the new card will answer charges: ``"ok"`` or a decline code. Returns the new id."""
+        cus = self._get(customer_id, "customer")
+        now = self.now_ts()
+        method = {"id": self.store.new_id("payment_method"), "object": "payment_method", "type": "card",
+                  "customer": cus["id"], "behaviour": card, "created": now,
+                  "card": {"brand": "visa", "last4": f"{self.store.sequence() % 10000:04d}", "exp_month": 12,
+                           "exp_year": datetime.fromtimestamp(now, tz=UTC).year + 3}}
+        self.store.put(method)
+        setup = {"id": self.store.new_id("setup_intent"), "object": "setup_intent", "customer": cus["id"],
+                 "payment_method": method["id"], "status": "succeeded", "usage": "off_session", "created": now}
+        self.store.put(setup)
+        self._emit("payment_method.attached", method)
+        self._emit("setup_intent.succeeded", setup)
+        if make_default:
+            previous = {"invoice_settings": {"default_payment_method": cus["payment_method"]}}
+            cus.update(card=card, payment_method=method["id"])
+            self.store.put(cus)
+            self._emit("customer.updated", cus, previous=previous)
+        return method["id"]
+
+    @operation
+    def update_customer(self, customer_id: str, *, email: str | None = None, name: str | None = None) -> None:
+        """Change the customer's contact details (``customer.updated``; the payment method stays)."""
+        cus = self._get(customer_id, "customer")
+        previous = {k: cus.get(k) for k, v in (("email", email), ("name", name)) if v is not None}
+        cus.update({k: v for k, v in (("email", email), ("name", name)) if v is not None})
+        self.store.put(cus)
+        self._emit("customer.updated", cus, previous=previous)
+
     # ---- subscriptions and invoices
     @operation
     def create_subscription(self, customer_id: str, price_id: str, interval: str = "month", *, amount: int = 2000,
-                            currency: str = "usd", trial_days: int = 0) -> str:
+                            currency: str = "usd", trial_days: int = 0, product_name: str | None = None) -> str:
         """Creates the subscription and its first invoice, finalized and charged at once. With
         ``trial_days`` it starts ``trialing`` until ``trial_end``: its first invoice is a $0 one,
-        paid without a charge, and the first period is the trial."""
+        paid without a charge, and the first period is the trial. A price seen for the first time
+        gets a product named ``product_name`` (default: made from the price id)."""
         cus = self._get(customer_id, "customer")
-        price = self.store.ensure_price(price_id, amount=amount, currency=currency, interval=interval)
+        price = self.store.ensure_price(price_id, amount=amount, currency=currency, interval=interval,
+                                        product_name=product_name)
         now = self.now_ts()
         trial_end = now + int(trial_days) * DAY if trial_days and int(trial_days) > 0 else None
         sub = {"id": self.store.new_id("subscription"), "object": "subscription", "customer": cus["id"],

@@ -1,7 +1,8 @@
 """A small JSON control API under ``/_sim/`` so another process (the demo, a drill) can drive the
-simulator: create customers and subscriptions, make the provider attempt a charge, let the customer
-pay, void, cancel, pause, resume or re-price a subscription, end its trial or its period, deliver
-webhooks, arm faults and read the ledger. No authentication: loopback only."""
+simulator: create customers and subscriptions, save a customer's new card, make the provider
+attempt a charge, let the customer pay, void, cancel, pause, resume or re-price a subscription,
+end its trial or its period, deliver webhooks, arm faults and read the ledger. No
+authentication: loopback only."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ _ID = r"(?P<id>[^/]+)"
 ROUTES = [
     ("POST", r"^/_sim/customers$", "create_customer"),
     ("POST", rf"^/_sim/customers/{_ID}/card$", "set_card"),
+    ("POST", rf"^/_sim/customers/{_ID}/payment_method$", "update_payment_method"),
     ("POST", r"^/_sim/subscriptions$", "create_subscription"),
     ("POST", rf"^/_sim/subscriptions/{_ID}/renewal$", "renewal"),
     ("POST", rf"^/_sim/subscriptions/{_ID}/cancel$", "cancel_subscription"),
@@ -78,11 +80,17 @@ class ControlApi:
         self.sim.set_card(args["id"], body["card"])
         return {"id": args["id"], "card": body["card"]}
 
+    def update_payment_method(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        method = self.sim.update_payment_method(args["id"], body.get("card", "ok"),
+                                                make_default=bool(body.get("make_default", True)))
+        return {"id": args["id"], "payment_method": method}
+
     def create_subscription(self, args: dict[str, str], body: dict[str, Any]) -> Any:
         sub_id = self.sim.create_subscription(body["customer"], body.get("price", "price_monthly_pro"),
                                               body.get("interval", "month"), amount=int(body.get("amount", 2000)),
                                               currency=body.get("currency", "usd"),
-                                              trial_days=int(body.get("trial_days", 0)))
+                                              trial_days=int(body.get("trial_days", 0)),
+                                              product_name=body.get("product_name"))
         return {"id": sub_id, "latest_invoice": self.sim.get(sub_id)["latest_invoice"]}
 
     def _subscription(self, sub_id: str, **extra: Any) -> dict[str, Any]:

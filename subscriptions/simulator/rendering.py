@@ -170,7 +170,8 @@ class Renderer:
                 "payment_intent": re["payment_intent"], "reason": re["reason"], "status": "succeeded"}
 
     def _dispute(self, dp: dict[str, Any], version: str) -> dict[str, Any]:
-        return {"id": dp["id"], "object": "dispute", "amount": dp["amount"], "balance_transactions": [],
+        return {"id": dp["id"], "object": "dispute", "amount": dp["amount"],
+                "balance_transactions": copy.deepcopy(dp.get("balance_transactions") or []),
                 "charge": dp["charge"], "created": dp["created"], "currency": dp["currency"],
                 "evidence_details": {"due_by": dp["created"] + 7 * 86400, "has_evidence": False,
                                      "past_due": False, "submission_count": 0},
@@ -183,6 +184,25 @@ class Renderer:
                 "delinquent": cus.get("delinquent", False), "email": cus["email"], "name": cus.get("name") or None,
                 "invoice_settings": {"default_payment_method": cus["payment_method"]}, "livemode": False,
                 "metadata": {}}
+
+    def _payment_method(self, pm: dict[str, Any], version: str) -> dict[str, Any]:
+        return {"id": pm["id"], "object": "payment_method", "billing_details": {}, "card": copy.deepcopy(pm["card"]),
+                "created": pm["created"], "customer": pm["customer"], "livemode": False, "metadata": {},
+                "type": pm["type"]}
+
+    def _setup_intent(self, seti: dict[str, Any], version: str) -> dict[str, Any]:
+        return {"id": seti["id"], "object": "setup_intent", "created": seti["created"], "customer": seti["customer"],
+                "last_setup_error": None, "livemode": False, "metadata": {}, "payment_method": seti["payment_method"],
+                "payment_method_types": ["card"], "status": seti["status"], "usage": seti["usage"]}
+
+    # ---- prices and products
+    def _price(self, price: dict[str, Any], version: str) -> dict[str, Any]:
+        return {**copy.deepcopy(price), "billing_scheme": "per_unit", "livemode": False, "metadata": {},
+                "lookup_key": None}
+
+    def _product(self, product: dict[str, Any], version: str) -> dict[str, Any]:
+        return {"id": product["id"], "object": "product", "active": product["active"], "created": product["created"],
+                "description": None, "livemode": False, "metadata": {}, "name": product["name"]}
 
     def _subscription(self, sub: dict[str, Any], version: str) -> dict[str, Any]:
         price = copy.deepcopy(self.store.prices.get(sub["price"]) or {})

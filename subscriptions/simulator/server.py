@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from subscriptions.simulator.api import Request, StripeApi
 from subscriptions.simulator.control import ControlApi
+from subscriptions.simulator.hosted import HostedPages
 
 if TYPE_CHECKING:
     from subscriptions.simulator.simulator import StripeSimulator
@@ -61,5 +62,5 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
 def make_server(sim: StripeSimulator, host: str, port: int, *, control_api: bool = True,
                 verbose: bool = False) -> SimulatorServer:
-    api = StripeApi(sim, ControlApi(sim) if control_api else None)
+    api = StripeApi(sim, ControlApi(sim) if control_api else None, HostedPages(sim))
     return SimulatorServer((host, port), api, verbose=verbose)

@@ -17,7 +17,17 @@ PREFIXES = {
     "customer": "cus", "subscription": "sub", "subscription_item": "si", "invoice": "in", "line_item": "il",
     "payment_intent": "pi", "charge": "ch", "dispute": "dp", "refund": "re", "event": "evt",
     "invoice_payment": "inpay", "price": "price", "product": "prod", "payment_method": "pm", "request": "req",
+    "setup_intent": "seti",
 }
+# Words a price id carries that say how often it bills, not what the product is.
+_INTERVAL_WORDS = frozenset({"price", "plan", "monthly", "annual", "yearly", "month", "year", "weekly", "daily"})
+
+
+def product_name_for(price_id: str) -> str:
+    """A readable product name made from a price id when none is given ("price_monthly_pro" → "Pro")."""
+    words = [w for w in price_id.replace("-", "_").split("_") if w and w.lower() not in _INTERVAL_WORDS]
+    return " ".join(w.capitalize() for w in words) or "Subscription"
+
 
 
 class Store:
@@ -65,12 +75,18 @@ class Store:
         return [o for o in self.objects.values() if o.get("object") == kind]
 
     # ---- prices
-    def ensure_price(self, price_id: str, *, amount: int, currency: str, interval: str) -> dict[str, Any]:
+    def ensure_price(self, price_id: str, *, amount: int, currency: str, interval: str,
+                     product_name: str | None = None) -> dict[str, Any]:
+        """A price and its product (named ``product_name``, else after the price id) the first time
+        it is used; a known price keeps its amount, interval and product."""
         price = self.prices.get(price_id)
         if price is None:
+            product = {"id": self.new_id("product"), "object": "product", "name": product_name or
+                       product_name_for(price_id), "active": True, "created": 0}
+            self.put(product)
             price = {"id": price_id, "object": "price", "unit_amount": int(amount), "currency": currency.lower(),
-                     "recurring": {"interval": interval, "interval_count": 1}, "product": self.new_id("product"),
-                     "type": "recurring", "active": True}
+                     "recurring": {"interval": interval, "interval_count": 1}, "product": product["id"],
+                     "type": "recurring", "active": True, "nickname": None}
             self.prices[price_id] = price
         return price
 

@@ -37,7 +37,8 @@ def test_grace_page_in_plain_words(client, customer_a, grace_scene):
     ends = reload(grace_scene.cycle).grace_expires_at
     assert f"Read and export only until {ends.day} {ends:%B}; after that suspended" in text
     assert "$49.00" in text and "Contact support" in text
-    assert "Retry payment now" in text
+    # The provider owns retries under this policy: the customer pays now, a local retry is not offered.
+    assert "Pay $49.00 now" in text and "Retry payment now" not in text
     assert_plain(text)
 
 
