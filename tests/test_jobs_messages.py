@@ -11,7 +11,16 @@ from dunning.jobs.framework import job_run
 from dunning.jobs.messaging import due_reminder_slot
 from dunning.models import NotificationDelivery, OutboxMessage
 from dunning.services.notifications import notification_deliver
-from tests.builders import accept, fail_first_payment, make_policy, make_subscription, open_cycle, paid_evidence, reload
+from tests.builders import (
+    accept,
+    clock_reaches,
+    fail_first_payment,
+    make_policy,
+    make_subscription,
+    open_cycle,
+    paid_evidence,
+    reload,
+)
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -69,7 +78,7 @@ def test_two_reminders_arrive_before_grace_ends_and_none_after(failed):
     expires = failed.grace_expires_at
     now = T0
     while now < expires + timedelta(days=2):
-        job_run("reminders", now=now)
+        reminders_at(now)
         job_run("outbox_relay", now=now)
         now += timedelta(hours=3)
     sent = NotificationDelivery.objects.filter(template="grace_reminder", status="SENT").order_by("handled_at")
@@ -82,7 +91,7 @@ def test_two_reminders_arrive_before_grace_ends_and_none_after(failed):
 
 def test_no_reminder_after_recovery_even_if_queued_before(failed):
     expires = failed.grace_expires_at
-    job_run("reminders", now=expires - timedelta(days=3) + timedelta(minutes=1))
+    reminders_at(expires - timedelta(days=3) + timedelta(minutes=1))
     assert notices("grace_reminder").count() == 1
     assert accept(failed, "recover", evidence=paid_evidence(failed)).accepted
     job_run("outbox_relay", now=expires - timedelta(days=2))
@@ -90,14 +99,14 @@ def test_no_reminder_after_recovery_even_if_queued_before(failed):
     skipped = NotificationDelivery.objects.get(template="grace_reminder")
     assert skipped.status == "SKIPPED" and "RECOVERED" in skipped.reason
     assert len(emails("payment_recovered")) == 1
-    job_run("reminders", now=expires - timedelta(hours=12))
+    reminders_at(expires - timedelta(hours=12))
     assert notices("grace_reminder").count() == 1, "a recovered cycle gets no new reminder"
 
 
 def test_after_an_outage_only_the_latest_due_reminder_is_sent(failed):
     expires = failed.grace_expires_at
-    job_run("reminders", now=expires - timedelta(hours=12))
-    job_run("reminders", now=expires - timedelta(hours=11))
+    reminders_at(expires - timedelta(hours=12))
+    reminders_at(expires - timedelta(hours=11))
     assert list(notices("grace_reminder").values_list("payload__slot", flat=True)) == [1]
 
 
@@ -115,7 +124,7 @@ def test_shadow_policy_sends_nothing(db):
     sub = make_subscription(price="price_shadow", now=T0)
     cycle = open_cycle(sub, now=T0)
     fail_first_payment(cycle, now=T0)
-    job_run("reminders", now=reload(cycle).grace_expires_at - timedelta(hours=1))
+    reminders_at(reload(cycle).grace_expires_at - timedelta(hours=1))
     job_run("outbox_relay", now=T0 + timedelta(days=7))
     assert not OutboxMessage.objects.filter(topic="notification.requested").exists()
     assert mail.outbox == []
@@ -147,3 +156,10 @@ def test_duplicate_failure_webhook_sends_no_second_notice(sim):
     sim.deliver(failure_events[0])  # a late duplicate after recovery
     assert notices("payment_failed").filter(payload__cycle=str(cycle.cycle_id)).count() == 1
     assert reload(cycle).state == "RECOVERED"
+
+
+def reminders_at(now):
+    """The reminders job at `now`, with the trusted clock there too: it refuses a `now` ahead of
+    the clock (a catch-up may look back, never forward)."""
+    with clock_reaches(now):
+        return job_run("reminders", now=now)

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from dunning.clock import trusted_now
-from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
+from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, due_in_order, scheduled_job
 from dunning.models import DunningCycle, DunningPolicy
 from dunning.policy_cache import policy_spec
 from dunning.services.acceptance import cycle_accept_transition
@@ -252,6 +252,8 @@ def _attempts_left(cycle: DunningCycle) -> bool:
 @scheduled_job("local_retries", "LOCAL authority: schedule by the policy's intervals within the attempt budget, "
                                 "dispatch due retries with their persisted idempotency key")
 def local_retries(run: JobReport) -> None:
+    if ahead_of_the_clock(run):
+        return  # a retry charged before its time is a charge the customer was not told about
     local = DunningCycle.objects.filter(policy__retry_authority="LOCAL")
     to_schedule = local.filter(state=S.GRACE_ACTIVE, grace_expires_at__gt=run.now, customer_action_required=False,
                                pending_attempt__isnull=True).exclude(failure_class__in=NO_RETRY_CLASSES)

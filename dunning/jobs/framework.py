@@ -23,7 +23,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from dunning.clock import trusted_now
+from dunning.clock import now_is_not_ahead, trusted_now
 from dunning.models import JobRun
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,17 @@ def scheduled_job(name: str, description: str) -> Callable[[JobFunction], JobFun
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def ahead_of_the_clock(run: JobReport) -> bool:
+    """True (and noted as a refusal) when the run's `now` is ahead of the trusted clock. A job that
+    acts on time itself rather than through a time-guarded edge (reminders, retry dispatch) asks
+    this first: a catch-up may act at a past `now`, never at one the clock has not reached."""
+    ok, clock = now_is_not_ahead(run.now, "DATABASE")
+    if not ok:
+        run.refused += 1
+        run.note(f"refused: asked at {run.now.isoformat()}, the trusted clock reads {clock.isoformat()}")
+    return not ok
 
 
 def job_run(name: str, *, now: datetime | None = None, progress: Progress | None = None) -> JobRun:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Max, Q
 
-from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job, worker_name
+from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, due_in_order, scheduled_job, worker_name
 from dunning.models import DunningCycle, DunningPolicy, OutboxMessage
 from dunning.policy_cache import policy_spec
 from dunning.rollout import sends_notifications
@@ -98,6 +98,8 @@ def _longest_reminder_offset() -> timedelta | None:
 @scheduled_job("reminders", "grace reminders from the policy's schedule: before grace ends, never after a "
                             "recovery, the latest due one only after an outage")
 def reminders(run: JobReport) -> None:
+    if ahead_of_the_clock(run):
+        return
     longest = _longest_reminder_offset()
     if longest is None:
         return

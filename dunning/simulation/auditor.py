@@ -18,6 +18,12 @@ from typing import TYPE_CHECKING, Any
 from dunning.aggregate import EMPTY_ROOT
 from dunning.aggregate import aggregate_decision as _pure_decision
 from dunning.aggregate import outstanding_root as _pure_root
+from dunning.contract import ContractView
+from dunning.contract import contract_ceiling as _pure_ceiling
+from dunning.contract import contract_phase as _pure_phase
+from dunning.contract import is_ended as _pure_is_ended
+from dunning.rollout import enforces_access as _pure_enforces
+from entitlements.profiles import most_restrictive as _pure_most_restrictive
 
 if TYPE_CHECKING:
     from dunning.simulation.engine import Simulation
@@ -29,6 +35,14 @@ RESTORE_BOUND = timedelta(seconds=60)  # SPEC §15: p99 confirmed payment → co
 LOCAL_KEY = re.compile(r"^dunning-(?P<cycle>[0-9a-f-]{36})-attempt-(?P<n>\d+)$")
 SETTLED_AFTER_PAID = {"RECOVERED", "EVIDENCE_CONFLICT", "CANCELED", "CLOSED_VOID"}
 TERMINAL = {"CANCELED", "CLOSED_VOID"}
+# SPEC §5: grace is a deadline. These states leave at grace_expires_at whatever the retry
+# schedule says; an attempt in flight (PREPARED, DISPATCHING, UNKNOWN) holds the expiry.
+GRACE_DEADLINE = ("GRACE_ACTIVE", "RETRY_SCHEDULED", "RETRY_FAILED")
+IN_FLIGHT = {"PREPARED", "DISPATCHING", "UNKNOWN"}
+JOB_PERIOD = timedelta(seconds=60)  # grace_expiry, contract_deadlines and alerts run every minute
+CANCEL_CONFIRM_WITHIN = timedelta(hours=1)  # a dunning cancellation confirmed by the provider, or an alert
+CLOCK_TOLERANCE = timedelta(seconds=5)  # a time guard's `now` may be this far after the trusted clock
+ENDED_STATUSES = ("canceled", "incomplete_expired")  # applied with a recomputation at once: no period to act
 
 # Violation codes (the README lists them).
 CODES = (
@@ -36,8 +50,29 @@ CODES = (
     "RESTRICTION_WITHOUT_FRESH_RECEIPT", "RESTRICTED_PAID_INVOICE", "STALE_GENERATION_COMMIT",
     "ENTITLEMENT_GENERATION_REGRESSED", "EVENT_NOT_ATTRIBUTED", "EVENT_NOT_PROCESSED", "UNKNOWN_NOT_OWNED",
     "FACT_DELETED_OR_ALTERED", "FABRICATED_PAYMENT", "TERMINAL_STATE_CHANGED", "NOT_RESTORED_IN_TIME",
-    "JOB_CRASHED",
+    "JOB_CRASHED", "GRACE_OVERRUN", "ENDED_CONTRACT_FULL", "CANCEL_NOT_CONFIRMED", "TIME_GUARD_AHEAD_OF_CLOCK",
+    "FUTURE_NOW_CHANGED_STATE",
 )
+
+
+def time_guarded_edges() -> frozenset[str]:
+    """Edges whose guard compares a deadline with `now` (cycle edges flagged `time_guarded`, and
+    the subscription changes of `subscription_acceptance.TIME_GUARDED`)."""
+    from dunning.services.edges import EDGES
+    from dunning.services.subscription_acceptance import TIME_GUARDED
+
+    return frozenset({name for name, edge in EDGES.items() if edge.time_guarded} | set(TIME_GUARDED))
+
+
+def contract_end(view: ContractView, now: datetime) -> datetime | None:
+    """When the contract, as the application holds it, ended (None while it has not at `now`):
+    the provider's status says so (known when it was fetched), or a date it carries passed."""
+    if not _pure_is_ended(_pure_phase(view, now)):
+        return None
+    dates = [d for d in (view.ended_at, view.current_period_end if view.cancel_at_period_end else None)
+             if d is not None and d <= now]
+    return min(dates) if dates else None  # None here: ended by status alone
+
 
 
 @dataclass(frozen=True)
@@ -69,6 +104,10 @@ class Auditor:
         self.generations: dict[int, int] = {}
         self.keys_by_invoice: dict[str, list[str]] = {}
         self.checks = 0
+        self.time_guarded = time_guarded_edges()
+        self.entered: dict[int, datetime] = {}  # cycle pk -> when it entered its current state
+        self.last_snapshot_pk = 0
+        self.views: dict[int, ContractView] = {}  # subscription pk -> contract as held at the last check
 
     # ---- reporting
     def report(self, code: str, detail: str) -> None:
@@ -121,14 +160,18 @@ class Auditor:
                     .select_related("policy").order_by("pk"))
         ledger = self.s.sim.ledger
         sim_invoices = {i["id"]: i for i in self.s.invoices()}
+        cycles = self.s.cycles()  # one read of the run's cycles for every check below
         self._money(ledger, sim_invoices)
         self._aggregates(subs, final)
         self._receipts(sim_invoices, ledger)
-        self._snapshots(subs)
+        new_snapshots = self._snapshots(subs)
         self._events(final)
-        self._unknowns()
+        self._unknowns(cycles)
         self._facts(sim_invoices, ledger)
-        self._cycles(sim_invoices, ledger)
+        self._cycles(sim_invoices, ledger, cycles)
+        self._grace_deadlines(cycles)
+        self._ended_contracts(subs, new_snapshots)
+        self._cancellations(subs)
 
     def _money(self, ledger: list[dict[str, Any]], invoices: dict[str, Any]) -> None:
         """At most one successful charge per invoice (the ledger is the truth)."""
@@ -163,7 +206,13 @@ class Auditor:
                 self.report("FULL_WHILE_BLOCKING", f"{key}: FULL at generation {sub.entitlement_generation} while "
                                                    f"the decision over its cycles is {decision.profile}")
             if root == EMPTY_ROOT and sub.entitlement_profile != FULL and spec.mode == "ENFORCE":
-                self.report("NOT_RESTORED_IN_TIME", f"{key}: no blocking cycle, still {sub.entitlement_profile}")
+                # No debt: access is what the contract allows now (a pause, an ended contract), once
+                # the contract_deadlines job has had its period after a date the contract carries.
+                allowed = _pure_ceiling(_pure_phase(ContractView.of(sub), self.s.now()), spec)
+                stricter = _pure_most_restrictive((sub.entitlement_profile, allowed)) == sub.entitlement_profile
+                if stricter and sub.entitlement_profile != allowed and not self._contract_settling(sub):
+                    self.report("NOT_RESTORED_IN_TIME", f"{key}: no blocking cycle, still {sub.entitlement_profile} "
+                                                        f"(the contract allows {allowed})")
 
     def _receipts(self, invoices: dict[str, Any], ledger: list[dict[str, Any]]) -> None:
         """New transition receipts: generation fencing, and restriction/cancellation only on a
@@ -175,9 +224,16 @@ class Auditor:
             accepted=True).select_related("cycle__invoice", "evidence_receipt").order_by("pk"))
         if new:
             self.last_receipt_pk = new[-1].pk
+        latest = self.s.now() + CLOCK_TOLERANCE  # the clock only moves forward within a step
         for r in new:
+            if r.edge in self.time_guarded and r.trusted_time > latest:
+                self.report("TIME_GUARD_AHEAD_OF_CLOCK", f"receipt {r.pk} {r.edge} accepted at trusted_time "
+                                                         f"{r.trusted_time.isoformat()}, after the clock "
+                                                         f"({self.s.now().isoformat()}) + {CLOCK_TOLERANCE}")
             if r.cycle is None:
                 continue
+            if r.edge != "record_evidence" and r.to_state != r.from_state:
+                self.entered[r.cycle_id] = r.trusted_time
             moved = r.edge != "record_evidence" and r.from_state not in TERMINAL
             expected = (r.expected or {}).get("cycle_generation")
             if moved and expected is not None and r.cycle_generation != expected + 1:
@@ -210,14 +266,22 @@ class Auditor:
                                                        f"{datetime.fromtimestamp(min(settled_at), tz=UTC)}, before "
                                                        f"the fetch at {ev.fetched_at}")
 
-    def _snapshots(self, subs: list[Any]) -> None:
+    def _snapshots(self, subs: list[Any]) -> list[tuple[int, int, str, int, datetime]]:
+        """Generations fenced and monotonic; returns the snapshots issued since the last check
+        (pk, subscription pk, profile, generation, issued_at)."""
         from entitlements.models import EntitlementSnapshot
 
         by_sub: dict[int, list[int]] = {}
+        new = []
         rows = (EntitlementSnapshot.objects.filter(subscription__in=[s.pk for s in subs])
-                .order_by("issued_at", "pk").values_list("subscription_id", "generation"))
-        for sub_pk, generation in rows:
-            by_sub.setdefault(sub_pk, []).append(generation)
+                .order_by("issued_at", "pk").values_list("pk", "subscription_id", "profile", "generation", "issued_at"))
+        for row in rows:
+            by_sub.setdefault(row[1], []).append(row[3])
+            if row[0] > self.last_snapshot_pk:
+                new.append(row)
+        new.sort()
+        if new:
+            self.last_snapshot_pk = new[-1][0]
         for sub in subs:
             gens = by_sub.get(sub.pk, [])
             if any(b <= a for a, b in zip(gens, gens[1:], strict=False)):
@@ -230,6 +294,7 @@ class Auditor:
                 self.report("ENTITLEMENT_GENERATION_REGRESSED", f"{sub.provider_subscription_id}: "
                                                                 f"{before} → {sub.entitlement_generation}")
             self.generations[sub.pk] = max(before, sub.entitlement_generation)
+        return new
 
     def _events(self, final: bool) -> None:
         """Every processed event attributed (SPEC §8, §15); at the end, none left unprocessed."""
@@ -250,12 +315,14 @@ class Auditor:
             elif processed_at is None and final:
                 self.report("EVENT_NOT_PROCESSED", f"{kind} {event_id} still pending after the final catch-up")
 
-    def _unknowns(self) -> None:
+    def _unknowns(self, cycles: list[Any]) -> None:
         """PAYMENT_UNKNOWN gets an owner within one hour of simulated time (SPEC §5). Accepted
         set: the hour overlapped a scheduler outage (nothing can assign then; see README)."""
         now = self.s.now()
-        for cycle in self.s.cycles("PAYMENT_UNKNOWN"):
+        for cycle in cycles:
             since = cycle.unknown_since
+            if cycle.state != "PAYMENT_UNKNOWN":
+                continue
             if since is None or cycle.unknown_owner_id is not None or now - since <= OWNER_DEADLINE:
                 continue
             if self.s.outage_overlaps(since, since + OWNER_DEADLINE):
@@ -283,7 +350,7 @@ class Auditor:
                 self.report("FACT_DELETED_OR_ALTERED", f"fact {pk} changed")
         self.fact_digests.update(current)
 
-    def _cycles(self, invoices: dict[str, Any], ledger: list[dict[str, Any]]) -> None:
+    def _cycles(self, invoices: dict[str, Any], ledger: list[dict[str, Any]], cycles: list[Any]) -> None:
         """Terminal cycles stay put; a recovery has a paid invoice behind it; a paid invoice
         the product has held a paid receipt for is settled within the bound (SPEC §2.8, §15)."""
         from django.db.models import Min
@@ -296,7 +363,7 @@ class Auditor:
                                                          object_id__in=[i for i, v in invoices.items()
                                                                         if v["status"] == "paid"])
                           .values("object_id").annotate(first=Min("fetched_at")).values_list("object_id", "first"))
-        for cycle in self.s.cycles():
+        for cycle in cycles:
             invoice_id = cycle.invoice.provider_invoice_id
             truth = invoices.get(invoice_id, {})
             if cycle.pk in self.terminal and self.terminal[cycle.pk] != (cycle.state, cycle.generation):
@@ -313,3 +380,89 @@ class Auditor:
                 if first_paid is not None and now - first_paid > RESTORE_BOUND:
                     self.report("NOT_RESTORED_IN_TIME", f"cycle {cycle.cycle_id} still {cycle.state}; paid receipt "
                                                         f"held since {first_paid}")
+
+    # ---- grace deadline and the contract line
+    def _grace_deadlines(self, cycles: list[Any]) -> None:
+        """Grace ends at grace_expires_at whatever the retry schedule says (SPEC §5): no cycle stays
+        in GRACE_ACTIVE / RETRY_SCHEDULED / RETRY_FAILED more than one grace_expiry period past its
+        deadline (or past entering that state, if later) unless an attempt is in flight. Accepted
+        set: the scheduler was down (an injected outage, or a stretch the engine jumped) when the
+        deadline came; then the period runs from when it was back."""
+        now = self.s.now()
+        for cycle in cycles:
+            deadline = cycle.grace_expires_at
+            attempt = cycle.pending_attempt
+            if cycle.state not in GRACE_DEADLINE or deadline is None or deadline > now or (
+                    attempt is not None and attempt.state in IN_FLIGHT):
+                continue
+            due = self.s.scheduler_resumes(max(deadline, self.entered.get(cycle.pk, cycle.opened_at))) + JOB_PERIOD
+            if now > due:
+                self.report("GRACE_OVERRUN", f"cycle {cycle.cycle_id} ({cycle.invoice.provider_invoice_id}) still "
+                                             f"{cycle.state} at {now.isoformat()}; grace ended {deadline.isoformat()}, "
+                                             f"no attempt in flight (next provider retry "
+                                             f"{cycle.next_attempt_at.isoformat() if cycle.next_attempt_at else '-'})")
+
+    def _contract_settling(self, sub: Any) -> bool:
+        """A date the held contract carries (period end of a contract set to cancel then, its end
+        date, a pause's resume time) passed less than one contract_deadlines period ago, counted
+        from when the application could know it and the scheduler could act."""
+        now = self.s.now()
+        dates = [d for d in (sub.current_period_end if sub.cancel_at_period_end else None, sub.contract_ended_at,
+                             sub.pause_resumes_at) if d is not None and d <= now]
+        known = sub.contract_fetched_at
+        return any(now <= self.s.scheduler_resumes(max(d, known) if known else d) + JOB_PERIOD for d in dates)
+
+    def _ended_contracts(self, subs: list[Any], new_snapshots: list[tuple[int, int, str, int, datetime]]) -> None:
+        """No FULL access on a contract past its end (SPEC §7), for subscriptions whose policy
+        enforces access: neither the current profile (once the contract_deadlines job has had a
+        period after an end date the held contract carries; at once when the provider's status
+        says it ended) nor a FULL snapshot issued after the end as the application held it then."""
+        from dunning.policy_cache import policy_spec
+        from entitlements.profiles import FULL
+
+        now = self.s.now()
+        enforced = {}
+        for sub in subs:
+            spec = policy_spec(sub.policy)
+            enforced[sub.pk] = _pure_enforces(spec, subscription_key=sub.provider_subscription_id, cohort=sub.cohort)
+            view = ContractView.of(sub)
+            if not enforced[sub.pk] or sub.entitlement_profile != FULL or not _pure_is_ended(_pure_phase(view, now)):
+                continue
+            end = contract_end(view, now)
+            if sub.provider_status not in ENDED_STATUSES and self._contract_settling(sub):
+                continue  # ended by a date it carries: the contract_deadlines job has a period to act
+            self.report("ENDED_CONTRACT_FULL", f"{sub.provider_subscription_id}: FULL at generation "
+                                               f"{sub.entitlement_generation} on a contract that ended "
+                                               f"{(end or sub.contract_fetched_at or now).isoformat()} "
+                                               f"(status {sub.provider_status})")
+        by_pk = {sub.pk: sub for sub in subs}
+        for _pk, sub_pk, profile, generation, issued_at in new_snapshots:
+            held = self.views.get(sub_pk)  # the contract as held before this step (it only ever moves on)
+            if profile != FULL or held is None or not enforced.get(sub_pk):
+                continue
+            if _pure_is_ended(_pure_phase(held, issued_at)):
+                self.report("ENDED_CONTRACT_FULL", f"{by_pk[sub_pk].provider_subscription_id}: FULL snapshot "
+                                                   f"generation {generation} issued {issued_at.isoformat()} on a "
+                                                   f"contract already held as ended")
+        self.views = {sub.pk: ContractView.of(sub) for sub in subs}
+
+    def _cancellations(self, subs: list[Any]) -> None:
+        """A cancellation dunning carried to the provider (provider_cancel_requested_at) is
+        confirmed within the hour, or a CANCEL_UNCONFIRMED alert is raised by one alerts period
+        later (SPEC §7). Accepted set: the scheduler was down when the hour ran out."""
+        from dunning.models import Alert
+
+        now = self.s.now()
+        for sub in subs:
+            asked = sub.provider_cancel_requested_at
+            if asked is None:
+                continue
+            confirmed = sub.provider_cancel_confirmed_at
+            due = self.s.scheduler_resumes(asked + CANCEL_CONFIRM_WITHIN) + JOB_PERIOD
+            if now <= due or (confirmed is not None and confirmed <= due):
+                continue
+            if not Alert.objects.filter(kind="CANCEL_UNCONFIRMED", subscription=sub).exists():
+                self.report("CANCEL_NOT_CONFIRMED", f"{sub.provider_subscription_id}: cancellation requested at the "
+                                                    f"provider {asked.isoformat()}, "
+                                                    + (f"confirmed only {confirmed.isoformat()}" if confirmed else
+                                                       "still unconfirmed") + ", and no CANCEL_UNCONFIRMED alert")

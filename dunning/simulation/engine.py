@@ -24,7 +24,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.test import Client, TestCase, override_settings
 
 from dunning.simulation.auditor import Auditor, Violation
-from dunning.simulation.schedule import PRICES, Schedule, Step
+from dunning.simulation.schedule import PLAN_OF_PRICE, PRICES, PROVIDER_PLANS, PROVIDER_RETRIES, Schedule, Step
 from dunning.simulation.steps import SimulatedCrash, StepHandlers
 
 EPOCH = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -32,6 +32,8 @@ WEBHOOK_SECRET = "whsec_simulation"
 ACCOUNT = "acct_demo"
 LEAD_USERNAME = "sim-billing-lead"
 MAX_SCHEDULER_TICKS = 40  # scheduler wake-ups inside one "advance" step
+ENDED_STATUSES = ("canceled", "incomplete_expired")  # a provider subscription that has ended
+CANCEL_CONFIRM_WITHIN = timedelta(hours=1)  # SPEC §7: a dunning cancellation confirmed by the provider, or an alert
 log = logging.getLogger(__name__)
 
 
@@ -190,8 +192,9 @@ class Simulation(StepHandlers):
 
         with contextlib.ExitStack() as stack:
             traveller = stack.enter_context(time_machine.travel(EPOCH, tick=False))
+            retry_schedule, max_attempts = PROVIDER_RETRIES[self.schedule.provider_retries]
             sim = StripeSimulator(account=ACCOUNT, webhook_secrets=[WEBHOOK_SECRET], sink=self._post,
-                                  auto_deliver=False)
+                                  auto_deliver=False, retry_schedule=retry_schedule, max_attempts=max_attempts)
             if self.http:
                 base = sim.start()
                 stack.callback(sim.stop)
@@ -209,6 +212,9 @@ class Simulation(StepHandlers):
                 STRIPE_API_BASE=base, STRIPE_WEBHOOK_SECRETS=[WEBHOOK_SECRET], STRIPE_ACCOUNT=ACCOUNT,
                 STRIPE_API_KEY="sk_test_simulation", STRIPE_TIMEOUT_SECONDS=self.stripe_timeout,
                 STRIPE_API_VERSION="", DUNNING_UNKNOWN_PAYMENT_QUEUE_USER="",
+                # The schedule's frozen clock is the trusted clock of a run; PostgreSQL's clock_timestamp()
+                # (a policy's `clock: DATABASE`) cannot be moved by time-machine.
+                DUNNING_CLOCK_OVERRIDE="APPLICATION",
                 EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend",
                 ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "testserver"],
             ))
@@ -313,21 +319,28 @@ class Simulation(StepHandlers):
         self.lead = billing_lead()
         self.outage_until: datetime | None = None
         self.outages: list[tuple[datetime, datetime]] = []
+        # Stretches of simulated time the engine itself jumped over without the scheduler (an
+        # "advance" out of wake-ups, a step moving the clock to a deadline): treated like outages.
+        self.gaps: list[tuple[datetime, datetime]] = []
         self.last_job_run: dict[str, datetime] = {}
         self.stale_invoices: set[str] = set()
         self.customers: list[str] = []
         self.subscriptions: list[str] = []
         self.plan_of: dict[str, str] = {}
         for n, plan in enumerate(self.schedule.plans):
-            price, interval, amount = PRICES[plan]
             customer = self.sim.create_customer(f"sim{self.schedule.seed}-{n}@example.com", card="ok")
-            sub = self.sim.create_subscription(customer, price, interval, amount=amount)
-            self.customers.append(customer)
-            self.subscriptions.append(sub)
-            self.plan_of[sub] = plan
+            self.subscribe(customer, plan)
             self.tick()
         self.sim.deliver_all()
         self.tick()
+
+    def subscribe(self, customer: str, plan: str) -> str:
+        price, interval, amount = PRICES[plan]
+        sub = self.sim.create_subscription(customer, price, interval, amount=amount)
+        self.customers.append(customer)
+        self.subscriptions.append(sub)
+        self.plan_of[sub] = plan
+        return sub
 
     def _settle(self) -> None:
         """End of schedule: faults clear, every webhook arrives, the scheduler catches up."""
@@ -343,9 +356,14 @@ class Simulation(StepHandlers):
 
     # ---- helpers over the simulator's state (creation order, so replays pick the same objects)
     def invoices(self, *statuses: str, plans: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """The run's invoices; ``plans`` by each invoice's own price (a plan change leaves earlier
+        invoices on the price, and so the policy, they were issued with)."""
         return [i for i in self.sim.invoices()
                 if i["subscription"] in self.plan_of and (not statuses or i["status"] in statuses)
-                and (not plans or self.plan_of[i["subscription"]] in plans)]
+                and (not plans or self.invoice_plan(i) in plans)]
+
+    def invoice_plan(self, invoice: dict[str, Any]) -> str:
+        return PLAN_OF_PRICE.get(invoice.get("price") or "", self.plan_of[invoice["subscription"]])
 
     def cycles(self, *states: str, plans: tuple[str, ...] = ()) -> list[Any]:
         from dunning.models import DunningCycle
@@ -353,14 +371,43 @@ class Simulation(StepHandlers):
         qs = DunningCycle.objects.filter(subscription__provider_subscription_id__in=self.subscriptions)
         if states:
             qs = qs.filter(state__in=states)
+        cycles = list(qs.select_related("invoice", "subscription", "policy", "pending_attempt").order_by("pk"))
         if plans:
-            subs = [s for s in self.subscriptions if self.plan_of[s] in plans]
-            qs = qs.filter(subscription__provider_subscription_id__in=subs)
-        return list(qs.select_related("invoice", "subscription", "policy", "pending_attempt").order_by("pk"))
+            cycles = [c for c in cycles if self._cycle_plan(c) in plans]
+        return cycles
+
+    def _cycle_plan(self, cycle: Any) -> str:
+        prices = cycle.invoice.price_ids or []
+        return PLAN_OF_PRICE.get(prices[0] if prices else "", self.plan_of[cycle.subscription.provider_subscription_id])
+
+    def live_subscriptions(self) -> list[str]:
+        """The run's subscriptions the provider has not ended, in creation order."""
+        return [s for s in self.subscriptions if self.sim.get(s)["status"] not in ENDED_STATUSES]
 
     # ---- scheduler
     def in_outage(self) -> bool:
         return self.outage_until is not None and self.now() < self.outage_until
+
+    def jump_to(self, when: datetime) -> None:
+        """Move the clock without the scheduler ticking in between (recorded as a gap)."""
+        start = self.now()
+        self.move_to(when)
+        if self.now() - start > timedelta(seconds=1):
+            self.gaps.append((start, self.now()))
+
+    def scheduler_idle(self) -> list[tuple[datetime, datetime]]:
+        return [*self.outages, *self.gaps]
+
+    def scheduler_resumes(self, when: datetime) -> datetime:
+        """The first instant at or after ``when`` that no injected outage or engine gap covers:
+        when the scheduler could next act on something due at ``when``."""
+        moved = True
+        while moved:
+            moved = False
+            for start, end in self.scheduler_idle():
+                if start <= when < end:
+                    when, moved = end, True
+        return when
 
     def run_jobs(self, *, force: bool = False, only: tuple[str, ...] = ()) -> None:
         from dunning.jobs.framework import job_run
@@ -385,14 +432,72 @@ class Simulation(StepHandlers):
             self.timings[f"job:{name}"] = self.timings.get(f"job:{name}", 0.0) + time.perf_counter() - t0
         self.tick()
 
+    def run_jobs_ahead(self, ahead: timedelta) -> None:
+        """An operator's ``run_jobs`` now, then ``run_jobs --now <now + ahead>``: every job once,
+        asked days after the trusted clock. Whatever was due now is done by the first run; the
+        trusted clock refuses every step time would decide, so the second changes nothing:
+        cycles, access, contracts, attempts, money, messages written and alerts stay as they were."""
+        from dunning.jobs.framework import job_run
+        from dunning.jobs.schedule import CATCH_UP_ORDER
+
+        self.run_jobs(force=True)
+        before = self._fingerprint()
+        for name in CATCH_UP_ORDER:
+            t0 = time.perf_counter()
+            try:
+                job_run(name, now=self.now() + ahead)
+                self.bump(f"job_ahead:{name}")
+            except SimulatedCrash:
+                pass
+            except Exception as exc:
+                self.auditor.report("JOB_CRASHED", f"{name} at now + {ahead}: {type(exc).__name__}: {exc}")
+            self.timings["jobs_ahead"] = self.timings.get("jobs_ahead", 0.0) + time.perf_counter() - t0
+        after = self._fingerprint()
+        changed = [f"{kind} {key}: {before[kind].get(key)} → {value}" for kind in after
+                   for key, value in after[kind].items() if before[kind].get(key) != value]
+        if changed:
+            self.auditor.report("FUTURE_NOW_CHANGED_STATE", f"jobs asked at now + {ahead} changed "
+                                                           f"{len(changed)} thing(s): " + "; ".join(changed[:6]))
+        self.tick()
+
+    def _fingerprint(self) -> dict[str, dict[Any, Any]]:
+        """What a job run asked at a future `now` must leave alone."""
+        from dunning.models import Alert, DunningCycle, OutboxMessage, PaymentAttempt
+        from subscriptions.models import Subscription
+
+        mine = {"subscription__provider_subscription_id__in": self.subscriptions}
+        return {
+            "cycle": {cid: (state, generation) for cid, state, generation in DunningCycle.objects.filter(
+                **mine).values_list("cycle_id", "state", "generation")},
+            "subscription": {key: rest for key, *rest in Subscription.objects.filter(
+                provider_subscription_id__in=self.subscriptions).values_list(
+                "provider_subscription_id", "entitlement_generation", "entitlement_profile", "contract_phase",
+                "contract_revision", "provider_cancel_requested_at")},
+            "attempt": {key: state for key, state in PaymentAttempt.objects.filter(
+                cycle__subscription__provider_subscription_id__in=self.subscriptions).values_list(
+                "idempotency_key", "state")},
+            "charge": {e["id"]: e["invoice"] for e in self.sim.ledger},
+            # messages written (a reminder, a notice, a provider call): their delivery is not a change
+            "outbox": {key: topic for key, topic in OutboxMessage.objects.filter(**mine).values_list(
+                "dedupe_key", "topic")},
+            "alert": {key: (kind, resolved) for key, kind, resolved in Alert.objects.filter(**mine).values_list(
+                "dedupe_key", "kind", "resolved_at")},
+        }
+
     def provider_acts(self) -> None:
-        """What the provider does on its own: due smart retries of provider-authority invoices,
-        and delayed webhooks whose time has come."""
+        """What the provider does on its own: due smart retries of provider-authority invoices
+        (each invoice's own price says whose), the period end of a subscription set to cancel
+        then, and delayed webhooks whose time has come."""
         now = self.now().timestamp()
-        for inv in self.invoices("open", plans=("standard", "annual")):
-            if inv["next_payment_attempt"] and inv["next_payment_attempt"] <= now:
+        for inv in self.invoices("open", plans=PROVIDER_PLANS):
+            if inv["auto_advance"] and inv["next_payment_attempt"] and inv["next_payment_attempt"] <= now:
                 self.sim.provider_attempt(inv["id"])
                 self.bump("provider_retry")
+        for sub_id in self.subscriptions:  # a subscription set to cancel at its period end is canceled then
+            sub = self.sim.get(sub_id)
+            if sub["cancel_at_period_end"] and sub["status"] not in ENDED_STATUSES and sub["current_period_end"] <= now:
+                self.sim.end_period(sub_id)
+                self.bump("provider_period_end")
         self.sim.deliver_due()
 
     def _next_due(self) -> datetime | None:
@@ -401,11 +506,11 @@ class Simulation(StepHandlers):
 
         now = self.now()
         times: list[datetime] = []
-        for c in self.cycles(S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.PAYMENT_UNKNOWN, S.RETRY_DISPATCHING,
-                             S.EXCEPTION_ACTIVE, S.RESTRICTED):
-            if c.state == S.GRACE_ACTIVE and c.grace_expires_at:
-                times.append(c.grace_expires_at)
-            elif c.state == S.RETRY_SCHEDULED and c.next_attempt_at:
+        for c in self.cycles(S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_FAILED, S.PAYMENT_UNKNOWN,
+                             S.RETRY_DISPATCHING, S.EXCEPTION_ACTIVE, S.RESTRICTED):
+            if c.state in (S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_FAILED) and c.grace_expires_at:
+                times.append(c.grace_expires_at)  # grace is a deadline, whatever the retry schedule says
+            if c.state == S.RETRY_SCHEDULED and c.next_attempt_at:
                 local = c.policy.retry_authority == "LOCAL"
                 times.append(c.next_attempt_at if local else c.next_attempt_at + timedelta(hours=1))
             elif c.state == S.PAYMENT_UNKNOWN and c.unknown_owner_id is None:
@@ -419,15 +524,38 @@ class Simulation(StepHandlers):
         pending = ProviderEvent.objects.filter(processed_at__isnull=True,
                                                subscription__provider_subscription_id__in=self.subscriptions)
         times += [t + timedelta(seconds=60) for t in pending.values_list("received_at", flat=True)]
-        for inv in self.invoices("open", plans=("standard", "annual")):
-            if inv["next_payment_attempt"]:
+        times += self._contract_due()
+        for inv in self.invoices("open", plans=PROVIDER_PLANS):
+            if inv["next_payment_attempt"] and inv["auto_advance"]:
                 times.append(datetime.fromtimestamp(inv["next_payment_attempt"], tz=UTC))
+        for sub_id in self.subscriptions:
+            sub = self.sim.get(sub_id)
+            if sub["cancel_at_period_end"] and sub["status"] not in ENDED_STATUSES:
+                times.append(datetime.fromtimestamp(sub["current_period_end"], tz=UTC))
         with self.sim.lock:
             times += [datetime.fromtimestamp(e.due_at, tz=UTC) for e in self.sim.outbox if e.due_at > now.timestamp()]
         if self.outage_until:
             times.append(self.outage_until)
         future = [t + timedelta(seconds=1) for t in times if t + timedelta(seconds=1) > now]
         return min(future) if future else None
+
+    def _contract_due(self) -> list[datetime]:
+        """Deadlines of the contract line as the application holds it (period end of a contract
+        set to cancel then, its end date, a pause's resume time) and the hour after which an
+        unconfirmed provider cancellation must raise an alert."""
+        from subscriptions.models import Subscription
+
+        times: list[datetime] = []
+        rows = Subscription.objects.filter(provider_subscription_id__in=self.subscriptions).values_list(
+            "cancel_at_period_end", "current_period_end", "contract_ended_at", "pause_resumes_at",
+            "provider_cancel_requested_at", "provider_cancel_confirmed_at")
+        for at_period_end, period_end, ended_at, resumes_at, asked, confirmed in rows:
+            if at_period_end and period_end:
+                times.append(period_end)
+            times += [t for t in (ended_at, resumes_at) if t]
+            if asked and not confirmed:
+                times.append(asked + CANCEL_CONFIRM_WITHIN)
+        return times
 
     def advance(self, seconds: float) -> None:
         target = self.now() + timedelta(seconds=seconds)
@@ -439,7 +567,8 @@ class Simulation(StepHandlers):
             self.run_jobs()
             if self.now() >= target:
                 return
-        self.move_to(target)
+        self.bump("scheduler_ticks_exhausted")
+        self.jump_to(target)
         self.provider_acts()
         self.run_jobs()
 

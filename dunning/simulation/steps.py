@@ -1,15 +1,20 @@
 """The step handlers of a simulation run: one method per kind of scheduled step (customer
 payments, declines, webhook disorder, lost pay answers, outages, crashes, voids, refunds,
-disputes, outbox replays, stale reads, support exceptions). Mixed into `Simulation`, whose
-state (simulator, clock, app client, auditor) they use."""
+disputes, outbox replays, stale reads, support exceptions; and the contract line: cancellations
+at the provider now or at the period end, pauses, resumes, plan changes, staff cancellations,
+a failing provider cancel endpoint, job runs asked at a future `now`). Mixed into
+`Simulation`, whose state (simulator, clock, app client, auditor) they use."""
 
 from __future__ import annotations
 
 import contextlib
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dunning.simulation.schedule import DECLINES, Step
+from dunning.simulation.schedule import DECLINES, PRICES, Step
+
+ENDED_STATUSES = ("canceled", "incomplete_expired")
+PAUSE_BEHAVIORS = ("void", "void", "keep_as_draft", "mark_uncollectible")
 
 
 class SimulatedCrash(Exception):
@@ -36,11 +41,19 @@ class StepHandlers:
         self.run_jobs(force=True)
 
     def step_renewal(self, s: Step) -> None:
-        sub = _pick(self.subscriptions, s.a)
-        if len(self.invoices("open", "uncollectible")) >= 2 * len(self.subscriptions) + 1:
+        sub = _pick(self.live_subscriptions(), s.a)
+        if sub is None or len(self.invoices("open", "uncollectible")) >= 2 * len(self.schedule.plans) + 1:
+            return
+        current = self.sim.get(sub)
+        if current["status"] != "active" and current["status"] != "past_due":
+            return  # trialing / paused / incomplete: no renewal charge
+        if current["cancel_at_period_end"]:
+            self.sim.end_period(sub)  # this period's end is the one it was set to cancel at
+            self.bump("renewal_ends_contract")
             return
         invoice = self.sim.create_renewal_invoice(sub)
-        self.sim.provider_attempt(invoice)
+        if self.sim.get(invoice)["auto_advance"]:  # collection paused: the provider does not charge it
+            self.sim.provider_attempt(invoice)
 
     def step_set_card(self, s: Step) -> None:
         customer = _pick(self.customers, s.a)
@@ -57,7 +70,7 @@ class StepHandlers:
         cycle = _pick(self.cycles(S.GRACE_ACTIVE), s.a)
         if cycle is None or cycle.grace_expires_at is None or cycle.grace_expires_at <= self.now():
             return
-        self.move_to(cycle.grace_expires_at)
+        self.jump_to(cycle.grace_expires_at)
         self.sim.customer_pays(cycle.invoice.provider_invoice_id)
         if s.b < 0.5:
             self.sim.deliver_all()
@@ -103,11 +116,16 @@ class StepHandlers:
             self.sim.reschedule(inv["id"], int(self.now().timestamp() + 3600 + s.b * 5 * 86400))
 
     def step_outage(self, s: Step) -> None:
-        self.outage_until = self.now() + timedelta(days=1 + s.a * 4)
-        self.outages.append((self.now(), self.outage_until))
+        until = self.now() + timedelta(days=1 + s.a * 4)
+        if self.in_outage():  # the new end replaces the old one (the scheduler is back at `until`)
+            self.outages[-1] = (self.outages[-1][0], until)
+        else:
+            self.outages.append((self.now(), until))
+        self.outage_until = until
 
     def outage_overlaps(self, start: datetime, end: datetime) -> bool:
-        return any(a < end and start < b for a, b in self.outages)
+        """An injected outage (or a stretch the engine jumped without the scheduler) overlaps."""
+        return any(a < end and start < b for a, b in self.scheduler_idle())
 
     def step_crash(self, s: Step) -> None:
         self.crash_armed = _pick(["after_prepared", "after_dispatching", "after_charge"], s.a)
@@ -197,3 +215,99 @@ class StepHandlers:
                     "profile": "FULL" if s.n == 1 else "READ_EXPORT_NO_NEW_JOBS"},
             now=self.now(),
         )
+
+    # ---- the contract line
+    def step_cancel(self, s: Step) -> None:
+        """The customer cancels at the provider: at once (its open invoices stay open but are no
+        longer retried) or at the end of the current period."""
+        sub = _pick(self.live_subscriptions(), s.a)
+        if sub is None:
+            return
+        at_period_end = s.b >= 0.4
+        if at_period_end and self.sim.get(sub)["cancel_at_period_end"]:
+            return
+        self.sim.cancel_subscription(sub, at_period_end=at_period_end)
+        self.bump("cancel_at_period_end" if at_period_end else "cancel_now")
+
+    def step_end_period(self, s: Step) -> None:
+        """The period a subscription was set to cancel at runs out. When that end is near the
+        clock moves there (scheduler and provider acting on the way: the application must
+        close access at the period end even before the provider's event arrives); otherwise the
+        provider ends the period now."""
+        ending = [sub for sub in self.live_subscriptions() if self.sim.get(sub)["cancel_at_period_end"]]
+        sub = _pick(ending, s.a)
+        if sub is None:
+            return
+        end = datetime.fromtimestamp(self.sim.get(sub)["current_period_end"], tz=UTC)
+        if self.now() < end <= self.now() + timedelta(days=10):
+            self.advance((end - self.now()).total_seconds() + 1 + s.b * 120)
+        if self.sim.get(sub)["status"] not in ENDED_STATUSES:
+            self.sim.end_period(sub)
+
+    def step_resubscribe(self, s: Step) -> None:
+        """A customer whose subscriptions have all ended subscribes again (a new subscription)."""
+        if len(self.subscriptions) >= 2 * len(self.schedule.plans) + 1:
+            return
+        live = {self.sim.get(sub)["customer"] for sub in self.live_subscriptions()}
+        ended = list(dict.fromkeys(c for c in self.customers if c not in live))
+        customer = _pick(ended, s.a)
+        if customer is None:
+            return
+        self.sim.set_card(customer, "ok")
+        self.subscribe(customer, _pick(list(PRICES), s.b))
+
+    def step_pause(self, s: Step) -> None:
+        sub = _pick([x for x in self.live_subscriptions() if not self.sim.get(x).get("pause_collection")], s.a)
+        if sub is None:
+            return
+        behavior = _pick(list(PAUSE_BEHAVIORS), s.b)
+        resumes_at = None if s.n == 3 else self.now() + timedelta(hours=2 + (s.b * 7 % 1) * 24 * 7)
+        self.sim.pause_subscription(sub, resumes_at=resumes_at, behavior=behavior)
+
+    def step_resume(self, s: Step) -> None:
+        sub = _pick([x for x in self.live_subscriptions() if self.sim.get(x).get("pause_collection")], s.a)
+        if sub is not None:
+            self.sim.resume_subscription(sub)
+
+    def step_change_plan(self, s: Step) -> None:
+        """A price / interval change at the provider (monthly ↔ annual, provider ↔ local retries),
+        preferably while one of the subscription's invoices is in dunning: open cycles keep their
+        policy, the next invoices bind to the new price's."""
+        from dunning.states import OPEN_STATES
+
+        live = self.live_subscriptions()
+        dunning = {c.subscription.provider_subscription_id for c in self.cycles(*OPEN_STATES)}
+        sub = _pick([x for x in live if x in dunning] or live, s.a)
+        if sub is None:
+            return
+        plan = _pick([p for p in PRICES if p != self.plan_of[sub]], s.b)
+        price, interval, amount = PRICES[plan]
+        self.sim.change_price(sub, price, interval=interval, amount=amount)
+        self.plan_of[sub] = plan
+
+    def step_staff_cancel(self, s: Step) -> None:
+        """A billing lead cancels a restricted cycle; the cancellation job carries it out on a fresh
+        unpaid receipt and the provider is told through the outbox."""
+        from dunning.services.acceptance import cycle_accept_transition
+        from dunning.services.results import Cause, Expect
+        from dunning.states import CycleState as S
+
+        cycle = _pick(self.cycles(S.RESTRICTED), s.a)
+        if cycle is None:
+            return
+        cycle_accept_transition(
+            cycle_pk=cycle.pk, edge="request_cancellation", expect=Expect.from_cycle(cycle),
+            cause=Cause.staff(self.lead, reason="simulated cancellation by a billing lead",
+                              ticket=f"SIM-{self.step_index}"),
+            now=self.now(),
+        )
+        if s.b < 0.5:
+            self.run_jobs(only=("cancellation",))
+
+    def step_cancel_fault(self, s: Step) -> None:
+        """The provider's cancel endpoint answers 500 (applied or not) a few times, or for good."""
+        count = s.n if s.b < 0.7 else 100_000
+        self.sim.faults.error_500("DELETE /v1/subscriptions/*", apply=s.a < 0.5, count=count)
+
+    def step_jobs_ahead(self, s: Step) -> None:
+        self.run_jobs_ahead(timedelta(days=1 + s.a * 4))
