@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from dunning.aggregate import EMPTY_ROOT
-from dunning.models import Alert, TransitionReceipt
+from dunning.models import Alert, JobRun, TransitionReceipt
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.results import Cause, Expect
 
@@ -141,7 +141,15 @@ def test_jobs_asked_days_ahead_of_the_clock_change_nothing(world):
         before = {i: (w.cycle(i).state, w.cycle(i).generation) for i in (provider, local, annual)}
         w.run_jobs_ahead(timedelta(days=5))  # past the local retry's time and the P3D reminder's
         assert {i: (w.cycle(i).state, w.cycle(i).generation) for i in (provider, local, annual)} == before
-        assert TransitionReceipt.objects.filter(accepted=False, rejection_reason="NOW_AFTER_TRUSTED_CLOCK").exists()
+        assert JobRun.objects.filter(job="local_retries", run_for__gt=w.now(), refused__gt=0).exists()
+        _clean(w)
+        w.run_jobs_ahead(timedelta(days=8))  # past the grace deadlines: expire_grace is refused
+        assert {i: (w.cycle(i).state, w.cycle(i).generation) for i in (provider, local, annual)} == before
+        assert not TransitionReceipt.objects.filter(accepted=True, trusted_time__gt=w.now() + timedelta(seconds=5)
+                                                    ).exists(), "no step was accepted at a now ahead of the clock"
+        assert not TransitionReceipt.objects.filter(accepted=False).exclude(
+            rejection_reason="NOW_AFTER_TRUSTED_CLOCK").filter(trusted_time__gt=w.now() + timedelta(seconds=5)
+                                                               ).exists(), "refused only for being ahead"
         _clean(w)
     assert w.violations == []
 
