@@ -108,3 +108,25 @@ def test_the_console_offers_the_way_out_on_the_subscription_page(unknown_past_re
                            follow=True)
     assert "Resolved the unknown payment" in response.content.decode()
     assert cycle_of(invoice_id).state == "GRACE_ACTIVE"
+
+
+def test_the_unknown_payment_alert_stays_open_until_the_attempt_is_resolved(unknown_past_retention, people):
+    from dunning.models import Alert
+
+    _, invoice_id, cycle = unknown_past_retention
+    lead, _ = people
+    job_run("alerts")
+    (alert,) = Alert.objects.filter(kind="UNKNOWN_PAST_RETENTION")
+    assert alert.resolved_at is None and alert.invoice.provider_invoice_id == invoice_id
+    assert "Resolve unknown payment" in alert.detail
+    job_run("unknown_payments")
+    job_run("alerts")
+    alert.refresh_from_db()
+    assert alert.resolved_at is None and alert.occurrences >= 2, "still unknown: the alert stays open"
+    resolved = cycle_resolve_unknown(cycle_pk=cycle.pk, user=lead, decision="FAILED", reason="no charge at the bank",
+                                     ticket="T-6")
+    assert resolved.result.accepted
+    job_run("alerts")
+    alert.refresh_from_db()
+    assert alert.resolved_at is not None and alert.resolved_by == "job:alerts"
+    assert Alert.objects.filter(kind="UNKNOWN_PAST_RETENTION", resolved_at__isnull=True).count() == 0

@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, F, Min, Q, QuerySet
 from django.db.models.fields.json import KT
 
 from dunning.jobs.framework import JobReport, claim, scheduled_job
@@ -56,7 +56,8 @@ from dunning.models import (
 )
 from dunning.policy_cache import policy_spec
 from dunning.rollout import enforces_access
-from dunning.services.alerts import alert_raise, alert_resolve
+from dunning.services.alerts import EPISODE_SEPARATOR, alert_raise, alert_resolve
+from dunning.services.local_retry import KEY_RESEND_WINDOW
 from dunning.services.recompute import compute_aggregate
 from dunning.states import AttemptState, CycleState
 from entitlements.profiles import FULL
@@ -76,7 +77,7 @@ def _setting(name: str, default: Any) -> Any:
 
 
 @scheduled_job(JOB, "Alerts: paid but not restored (> 60 s), duplicate charges, failure-rate spike vs 7-day mean, "
-                   "provider cancellation unconfirmed after an hour")
+                   "provider cancellation unconfirmed after an hour, unknown payments past key retention")
 def alerts(run: JobReport) -> None:
     with claim(JOB, 0) as got:
         if not got:
@@ -84,7 +85,7 @@ def alerts(run: JobReport) -> None:
             run.note("another worker is running the alerts job; skipped")
             return
         for check in (check_paid_not_restored, check_duplicate_charges, check_failure_rate_spike,
-                      check_cancel_unconfirmed, resolve_unknown_owned):
+                      check_cancel_unconfirmed, resolve_unknown_owned, check_unknown_past_retention):
             try:
                 check(run)
             except Exception as exc:  # one broken check must not silence the others
@@ -429,6 +430,53 @@ def resolve_unknown_owned(run: JobReport) -> None:
             note = f"the unknown payment is owned by {cycle.unknown_owner.get_username()}"
         else:
             note = f"the payment's outcome is known (cycle {cycle.state})"
+        alert_resolve(alert, by=RESOLVED_BY, now=run.now, note=note)
+        run.changed += 1
+        run.note(f"resolved {alert.kind} [{alert.dedupe_key}]: {note}")
+
+
+# --------------------------------------------------------------------------- unknown past key retention
+
+
+def _past_retention_key(attempt: PaymentAttempt) -> str:
+    return f"unknown_past_retention:{attempt.operation_id}"
+
+
+def check_unknown_past_retention(run: JobReport) -> None:
+    """A payment whose outcome is still unknown once the provider no longer honours its
+    idempotency key: no job may resend it, so only its owner or a billing lead can resolve it
+    (Resolve unknown payment). The alert stays open, visible on the alert list, until the attempt
+    has an outcome; grace cannot expire meanwhile (the attempt in flight holds it)."""
+    cutoff = run.now - KEY_RESEND_WINDOW
+    stuck = (PaymentAttempt.objects.filter(state=AttemptState.UNKNOWN, dispatched_at__lte=cutoff,
+                                           cycle__pending_attempt=F("pk"))
+             .select_related("cycle__invoice", "cycle__subscription", "cycle__unknown_owner"))
+    firing: set[str] = set()
+    for attempt in stuck.order_by("pk").iterator(chunk_size=BATCH):
+        run.examined += 1
+        cycle = attempt.cycle
+        key = _past_retention_key(attempt)
+        firing.add(key)
+        owner = cycle.unknown_owner.get_username() if cycle.unknown_owner_id else "nobody yet"
+        alert = alert_raise(
+            kind=AlertKind.UNKNOWN_PAST_RETENTION, dedupe_key=key,
+            detail=(f"The outcome of payment attempt {attempt.operation_id} on invoice "
+                    f"{cycle.invoice.provider_invoice_id} is unknown since {attempt.dispatched_at.isoformat()}, "
+                    f"past the provider's idempotency-key retention: it cannot be resent safely. Owner: {owner}. "
+                    f"Open the subscription and use 'Resolve unknown payment' (fetches the invoice and its "
+                    f"payments fresh)."),
+            figures={"operation_id": str(attempt.operation_id), "idempotency_key": attempt.idempotency_key,
+                     "dispatched_at": attempt.dispatched_at.isoformat(), "cycle_state": cycle.state},
+            now=run.now, subscription=cycle.subscription, invoice=cycle.invoice,
+        )
+        _count(run, alert)
+    still_open = Alert.objects.filter(kind=AlertKind.UNKNOWN_PAST_RETENTION, resolved_at__isnull=True)
+    for alert in still_open.order_by("pk").iterator(chunk_size=BATCH):
+        if alert.dedupe_key.split(EPISODE_SEPARATOR)[0] in firing:
+            continue
+        attempt = PaymentAttempt.objects.filter(operation_id=alert.figures.get("operation_id")).first()
+        note = (f"the attempt's outcome is known ({attempt.state})" if attempt is not None
+                else "the attempt is no longer pending")
         alert_resolve(alert, by=RESOLVED_BY, now=run.now, note=note)
         run.changed += 1
         run.note(f"resolved {alert.kind} [{alert.dedupe_key}]: {note}")

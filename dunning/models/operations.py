@@ -78,6 +78,7 @@ class AlertKind(models.TextChoices):
     RECONCILIATION_MISMATCH = "RECONCILIATION_MISMATCH", "Reconciliation found a mismatch"
     UNKNOWN_UNOWNED = "UNKNOWN_UNOWNED", "Unknown payment without an owner"
     CANCEL_UNCONFIRMED = "CANCEL_UNCONFIRMED", "Provider has not confirmed a cancellation"
+    UNKNOWN_PAST_RETENTION = "UNKNOWN_PAST_RETENTION", "Unknown payment past the key retention: a person decides"
 
 
 # Conditions the jobs cannot see clear (money already moved twice, a day's failure rate, a
