@@ -244,3 +244,20 @@ def test_the_check_sees_a_mirror_that_went_back_to_an_earlier_status(world):
                                        now=w.now()).accepted
         ((code, detail),) = check_mirrors(w)
         assert code == MIRROR_WENT_BACK and invoice_id in detail and "open after it held paid" in detail
+        w.audit()
+        assert MIRROR_WENT_BACK in {v.code for v in w.violations}, "the auditor runs the check after every step"
+
+
+def test_the_auditor_judges_each_new_report_against_the_ledger(world):
+    with world as w:
+        invoice_id = w.failed_renewal()
+        w.tick(3600)
+        w.audit()
+        assert not w.violations
+        now = w.now()
+        ReconciliationReport.objects.create(
+            run_for=now, window_start=now - timedelta(days=1), window_end=now, created_at=now, totals={},
+            discrepancies=[{"kind": "PROVIDER_PAID_NO_LOCAL_FACT", "provider_invoice_id": invoice_id,
+                            "detail": "made up"}])
+        w.audit()
+        assert FALSE_FINDING in {v.code for v in w.violations}

@@ -42,7 +42,7 @@ from django.conf import settings
 from django.db.models import Count, F, Min, Q, QuerySet
 from django.db.models.fields.json import KT
 
-from dunning.jobs.framework import JobReport, claim, scheduled_job
+from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, scheduled_job
 from dunning.models import (
     Alert,
     AlertKind,
@@ -447,6 +447,8 @@ def check_unknown_past_retention(run: JobReport) -> None:
     idempotency key: no job may resend it, so only its owner or a billing lead can resolve it
     (Resolve unknown payment). The alert stays open, visible on the alert list, until the attempt
     has an outcome; grace cannot expire meanwhile (the attempt in flight holds it)."""
+    if ahead_of_the_clock(run):
+        return  # "past retention" at a now the clock has not reached would be an alarm from the future
     cutoff = run.now - KEY_RESEND_WINDOW
     stuck = (PaymentAttempt.objects.filter(state=AttemptState.UNKNOWN, dispatched_at__lte=cutoff,
                                            cycle__pending_attempt=F("pk"))

@@ -3,8 +3,11 @@ monetary truth and against the application's database.
 
 Each check names the rule it guards (SPEC §2, §5–§10, §15). Where a delivery or a fetch was in
 flight the auditor accepts the set of outcomes the product could legitimately have reached
-(noted at each check). The pure aggregate functions are bound at import, so a build that
-breaks the product's recomputation cannot also break the auditor's.
+(noted at each check). The pure aggregate, contract-phase and rollout functions are bound at
+import, so a build that breaks the product's recomputation cannot also break the auditor's.
+Deadlines (grace end, a contract's end, the hour a provider cancellation may stay unconfirmed)
+are judged against the scheduler's own period, counted only while it was up: an injected outage
+or a stretch the engine jumped over moves the deadline to one period after it ended.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dunning.contract import contract_ceiling as _pure_ceiling
 from dunning.contract import contract_phase as _pure_phase
 from dunning.contract import is_ended as _pure_is_ended
 from dunning.rollout import enforces_access as _pure_enforces
+from dunning.simulation import reconciliation_check
 from entitlements.profiles import most_restrictive as _pure_most_restrictive
 
 if TYPE_CHECKING:
@@ -51,7 +55,7 @@ CODES = (
     "ENTITLEMENT_GENERATION_REGRESSED", "EVENT_NOT_ATTRIBUTED", "EVENT_NOT_PROCESSED", "UNKNOWN_NOT_OWNED",
     "FACT_DELETED_OR_ALTERED", "FABRICATED_PAYMENT", "TERMINAL_STATE_CHANGED", "NOT_RESTORED_IN_TIME",
     "JOB_CRASHED", "GRACE_OVERRUN", "ENDED_CONTRACT_FULL", "CANCEL_NOT_CONFIRMED", "TIME_GUARD_AHEAD_OF_CLOCK",
-    "FUTURE_NOW_CHANGED_STATE",
+    "FUTURE_NOW_CHANGED_STATE", *reconciliation_check.CODES,
 )
 
 
@@ -108,6 +112,9 @@ class Auditor:
         self.entered: dict[int, datetime] = {}  # cycle pk -> when it entered its current state
         self.last_snapshot_pk = 0
         self.views: dict[int, ContractView] = {}  # subscription pk -> contract as held at the last check
+        # Reports of earlier runs in this database are not judged against this run's simulator.
+        self.last_report_pk = reconciliation_check.newest_report_pk()
+        self.mirrors = reconciliation_check.MirrorWatch()
 
     # ---- reporting
     def report(self, code: str, detail: str) -> None:
@@ -172,6 +179,17 @@ class Auditor:
         self._grace_deadlines(cycles)
         self._ended_contracts(subs, new_snapshots)
         self._cancellations(subs)
+        self._reconciliation()
+
+    def _reconciliation(self) -> None:
+        """Each new reconciliation report against the simulator's ledger, both ways (a finding
+        names a real difference; a real difference is found), and no invoice mirror that went
+        back to an earlier status (SPEC §10, §15)."""
+        found = (reconciliation_check.check_reports(self.s, since=self.last_report_pk)
+                 + reconciliation_check.check_mirrors(self.s, self.mirrors))
+        self.last_report_pk = reconciliation_check.newest_report_pk(self.last_report_pk)
+        for code, detail in found:
+            self.report(code, detail)
 
     def _money(self, ledger: list[dict[str, Any]], invoices: dict[str, Any]) -> None:
         """At most one successful charge per invoice (the ledger is the truth)."""
@@ -395,7 +413,7 @@ class Auditor:
             if cycle.state not in GRACE_DEADLINE or deadline is None or deadline > now or (
                     attempt is not None and attempt.state in IN_FLIGHT):
                 continue
-            due = self.s.scheduler_resumes(max(deadline, self.entered.get(cycle.pk, cycle.opened_at))) + JOB_PERIOD
+            due = self.s.scheduler_due(max(deadline, self.entered.get(cycle.pk, cycle.opened_at)), JOB_PERIOD)
             if now > due:
                 self.report("GRACE_OVERRUN", f"cycle {cycle.cycle_id} ({cycle.invoice.provider_invoice_id}) still "
                                              f"{cycle.state} at {now.isoformat()}; grace ended {deadline.isoformat()}, "
@@ -410,7 +428,7 @@ class Auditor:
         dates = [d for d in (sub.current_period_end if sub.cancel_at_period_end else None, sub.contract_ended_at,
                              sub.pause_resumes_at) if d is not None and d <= now]
         known = sub.contract_fetched_at
-        return any(now <= self.s.scheduler_resumes(max(d, known) if known else d) + JOB_PERIOD for d in dates)
+        return any(now <= self.s.scheduler_due(max(d, known) if known else d, JOB_PERIOD) for d in dates)
 
     def _ended_contracts(self, subs: list[Any], new_snapshots: list[tuple[int, int, str, int, datetime]]) -> None:
         """No FULL access on a contract past its end (SPEC §7), for subscriptions whose policy
@@ -458,7 +476,7 @@ class Auditor:
             if asked is None:
                 continue
             confirmed = sub.provider_cancel_confirmed_at
-            due = self.s.scheduler_resumes(asked + CANCEL_CONFIRM_WITHIN) + JOB_PERIOD
+            due = self.s.scheduler_due(asked + CANCEL_CONFIRM_WITHIN, JOB_PERIOD)
             if now <= due or (confirmed is not None and confirmed <= due):
                 continue
             if not Alert.objects.filter(kind="CANCEL_UNCONFIRMED", subscription=sub).exists():

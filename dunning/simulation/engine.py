@@ -398,16 +398,17 @@ class Simulation(StepHandlers):
     def scheduler_idle(self) -> list[tuple[datetime, datetime]]:
         return [*self.outages, *self.gaps]
 
-    def scheduler_resumes(self, when: datetime) -> datetime:
-        """The first instant at or after ``when`` that no injected outage or engine gap covers:
-        when the scheduler could next act on something due at ``when``."""
+    def scheduler_due(self, when: datetime, period: timedelta) -> datetime:
+        """By when a job running every ``period`` must have acted on something due at ``when``:
+        the end of the first stretch of ``period`` from ``when`` on that no injected outage or
+        engine gap interrupts (an outage starting a second after the deadline counts too)."""
         moved = True
         while moved:
             moved = False
             for start, end in self.scheduler_idle():
-                if start <= when < end:
+                if start < when + period and end > when:
                     when, moved = end, True
-        return when
+        return when + period
 
     def run_jobs(self, *, force: bool = False, only: tuple[str, ...] = ()) -> None:
         from dunning.jobs.framework import job_run

@@ -16,7 +16,7 @@ Called by the auditor after each step with the pk of the newest report already c
 to `newest_report_pk()` when the auditor is made, so reports of earlier runs are not judged
 against this run's simulator):
 
-    found = check_reports(self.s, since=self.last_report_pk) + check_mirrors(self.s)
+    found = check_reports(self.s, since=self.last_report_pk) + check_mirrors(self.s, self.mirrors)
     self.last_report_pk = newest_report_pk(self.last_report_pk)
     for code, detail in found:
         self.report(code, detail)
@@ -346,7 +346,17 @@ def _check_report(simulation: Simulation, report: ReconciliationReport) -> list[
     return out
 
 
-def check_mirrors(simulation: Simulation) -> list[tuple[str, str]]:
+@dataclass
+class MirrorWatch:
+    """What `check_mirrors` has read of the invoice mirrors' history so far (it reads only the
+    rows added since, so a check after every step stays cheap on a long run)."""
+
+    last_history_id: int = 0
+    furthest: dict[int, str] = field(default_factory=dict)  # invoice pk -> furthest status it held
+    current: dict[int, tuple[str, str]] = field(default_factory=dict)  # invoice pk -> (provider id, status)
+
+
+def check_mirrors(simulation: Simulation, watch: MirrorWatch | None = None) -> list[tuple[str, str]]:
     """(MIRROR_WENT_BACK, detail) for each invoice mirror of the run that shows an earlier status
     than one it already held: a provider invoice never goes back (draft → open → uncollectible →
     paid / void), so the product took a stale read for the truth. The auditor missed exactly this
@@ -354,17 +364,18 @@ def check_mirrors(simulation: Simulation) -> list[tuple[str, str]]:
     the mirror back to open for good; only the reconciliation noticed, every day."""
     from subscriptions.models import Invoice
 
-    rows = (Invoice.history.model.objects.filter(subscription__provider_subscription_id__in=simulation.subscriptions)
-            .order_by("id", "history_date", "history_id").values_list("id", "provider_invoice_id", "status"))
-    furthest: dict[int, str] = {}
-    current: dict[int, tuple[str, str]] = {}
-    for pk, provider_id, status in rows:
-        if RANK.get(status, 0) > RANK.get(furthest.get(pk, "draft"), 0):
-            furthest[pk] = status
-        current[pk] = (provider_id, status)
-    return [(MIRROR_WENT_BACK, f"invoice {provider_id}: the mirror says {status} after it held {furthest[pk]}")
-            for pk, (provider_id, status) in current.items()
-            if RANK.get(status, 0) < RANK.get(furthest.get(pk, "draft"), 0)]
+    watch = watch if watch is not None else MirrorWatch()
+    rows = (Invoice.history.model.objects.filter(subscription__provider_subscription_id__in=simulation.subscriptions,
+                                                 history_id__gt=watch.last_history_id)
+            .order_by("history_id").values_list("history_id", "id", "provider_invoice_id", "status"))
+    for history_id, pk, provider_id, status in rows:
+        if RANK.get(status, 0) > RANK.get(watch.furthest.get(pk, "draft"), 0):
+            watch.furthest[pk] = status
+        watch.current[pk] = (provider_id, status)
+        watch.last_history_id = max(watch.last_history_id, history_id)
+    return [(MIRROR_WENT_BACK, f"invoice {provider_id}: the mirror says {status} after it held {watch.furthest[pk]}")
+            for pk, (provider_id, status) in watch.current.items()
+            if RANK.get(status, 0) < RANK.get(watch.furthest.get(pk, "draft"), 0)]
 
 
 def ledger_snapshot(simulation: Simulation, at: datetime) -> dict[str, Truth]:

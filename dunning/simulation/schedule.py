@@ -32,6 +32,7 @@ WEIGHTS: dict[str, int] = {
     "advance": 16,  # the clock moves; the provider and the scheduler act on due work
     "renewal": 6,  # a new period's invoice, charged by the provider at once
     "set_card": 6,  # the customer's card starts to decline (random code, hard ones included) or works again
+    "soft_decline": 2,  # a provider-retry plan's renewal declines retryably: the provider's schedule outlasts grace
     "customer_pays": 5,
     "boundary_pay": 2,  # the customer pays exactly at the grace deadline
     "deliver": 12,  # pending webhooks in created / reversed / shuffled order

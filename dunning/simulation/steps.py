@@ -11,7 +11,7 @@ import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dunning.simulation.schedule import DECLINES, PRICES, Step
+from dunning.simulation.schedule import DECLINES, PRICES, PROVIDER_PLANS, Step
 
 ENDED_STATUSES = ("canceled", "incomplete_expired")
 PAUSE_BEHAVIORS = ("void", "void", "keep_as_draft", "mark_uncollectible")
@@ -41,7 +41,20 @@ class StepHandlers:
         self.run_jobs(force=True)
 
     def step_renewal(self, s: Step) -> None:
-        sub = _pick(self.live_subscriptions(), s.a)
+        self._renew(_pick(self.live_subscriptions(), s.a))
+
+    def step_soft_decline(self, s: Step) -> None:
+        """The card of a customer on a provider-retry plan starts failing with a decline the
+        provider retries, and a renewal is charged on it: the run's provider schedule (Stripe's
+        classic 3/5/7 days, or Smart-Retries-like, 8 tries over 14 days) then runs past the grace
+        end unless the customer pays or the card works again."""
+        sub = _pick([x for x in self.live_subscriptions() if self.plan_of[x] in PROVIDER_PLANS], s.a)
+        if sub is None:
+            return
+        self.sim.set_card(self.sim.get(sub)["customer"], "insufficient_funds" if s.b < 0.8 else "processing_error")
+        self._renew(sub)
+
+    def _renew(self, sub: str | None) -> None:
         if sub is None or len(self.invoices("open", "uncollectible")) >= 2 * len(self.schedule.plans) + 1:
             return
         current = self.sim.get(sub)

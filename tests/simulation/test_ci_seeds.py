@@ -47,7 +47,7 @@ def test_seed_has_no_invariant_violation(seed):
           f"({result.steps_run / result.seconds:.1f} steps/s); running total {TOTALS['steps']} steps "
           f"in {TOTALS['seconds']:.1f}s")
     shown = ("cancel_now", "cancel_at_period_end", "provider_period_end", "renewal_ends_contract", "pause", "resume",
-             "change_plan", "staff_cancel", "jobs_ahead", "provider_retry", "scheduler_ticks_exhausted")
+             "change_plan", "staff_cancel", "jobs_ahead", "soft_decline", "provider_retry", "scheduler_ticks_exhausted")
     print(f"  provider retries {schedule.provider_retries}; "
           + ", ".join(f"{k} {result.counters[k]}" for k in shown if result.counters.get(k)))
     if not result.ok:
