@@ -22,7 +22,7 @@ from dunning.policy_cache import policy_spec
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.cycle_reads import cycle_read
 from dunning.services.fresh import invoice_fetch_fresh, receipt_evidence
-from dunning.services.guards import active_incident
+from dunning.services.guards import active_incident, attempts_made
 from dunning.services.local_retry import retry_dispatch, retry_resolve
 from dunning.services.ownership import unknown_owner_pick
 from dunning.services.reconcile import reconcile_and_read
@@ -246,7 +246,7 @@ def exception_expiry(run: JobReport) -> None:
 
 def _attempts_left(cycle: DunningCycle) -> bool:
     spec = policy_spec(cycle.policy)
-    return 1 + cycle.retry_budget_used < spec.max_attempts
+    return attempts_made(cycle, retry_authority=spec.retry_authority) < spec.max_attempts
 
 
 @scheduled_job("local_retries", "LOCAL authority: schedule by the policy's intervals within the attempt budget, "

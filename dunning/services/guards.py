@@ -85,17 +85,20 @@ def require_no_pending_attempt(ctx: EdgeContext) -> None:
         refuse("ATTEMPT_PENDING", f"attempt {attempt.operation_id} is {attempt.state}")
 
 
-def attempts_made(ctx: EdgeContext) -> int:
-    if ctx.spec.retry_authority == "PAYMENT_PROVIDER":
-        return max(ctx.invoice.attempt_count, 1)
-    return 1 + ctx.cycle.retry_budget_used
+def attempts_made(cycle: DunningCycle, *, retry_authority: str, invoice: Invoice | None = None) -> int:
+    """The attempts a cycle has used against its policy's budget: the provider's own count when the
+    provider retries, else the first charge plus our local retries. `invoice` is the row to read
+    the provider's count from (the cycle's own by default)."""
+    if retry_authority == "PAYMENT_PROVIDER":
+        return max((invoice if invoice is not None else cycle.invoice).attempt_count, 1)
+    return 1 + cycle.retry_budget_used
 
 
 def require_retry_allowed(ctx: EdgeContext) -> None:
     if ctx.cycle.failure_class in NO_RETRY_CLASSES or ctx.cycle.customer_action_required:
         refuse("NON_RETRYABLE_NO_RETRY",
                f"failure class {ctx.cycle.failure_class or 'unknown'} needs customer action, not a retry")
-    made = attempts_made(ctx)
+    made = attempts_made(ctx.cycle, retry_authority=ctx.spec.retry_authority, invoice=ctx.invoice)
     if made >= ctx.spec.max_attempts:
         refuse("ATTEMPT_BUDGET_EXHAUSTED", f"{made} of {ctx.spec.max_attempts} attempts used")
 

@@ -24,6 +24,7 @@ from dunning.clock import trusted_now
 from dunning.models import DunningCycle, DunningPolicy, OutboxMessage, TransitionReceipt
 from dunning.policy_cache import policy_spec
 from dunning.rollout import enforces_access
+from dunning.services.guards import attempts_made
 from dunning.services.recompute import cycle_view, with_contract
 from dunning.states import DELINQUENT_STATES, CycleState
 from dunning.verdicts import CycleReview, Notice, PolicyFacts, SubscriptionReview, Verdict, evaluate
@@ -41,13 +42,6 @@ def policy_facts(policy: DunningPolicy) -> PolicyFacts:
         max_attempts=spec.max_attempts, retry_authority=spec.retry_authority, prices=tuple(spec.prices),
         is_default=spec.is_default,
     )
-
-
-def attempts_made(cycle: DunningCycle, retry_authority: str) -> int:
-    """As the acceptance guards count them (dunning/services/guards.py ``attempts_made``)."""
-    if retry_authority == "PAYMENT_PROVIDER":
-        return max(cycle.invoice.attempt_count, 1)
-    return 1 + cycle.retry_budget_used
 
 
 def subscription_review(subscription: Subscription, *, now: datetime) -> SubscriptionReview:
@@ -92,8 +86,9 @@ def subscription_review(subscription: Subscription, *, now: datetime) -> Subscri
         reviews.append(CycleReview(
             cycle_id=str(cycle.cycle_id), state=cycle.state, policy=own, failure_class=cycle.failure_class,
             customer_action_required=cycle.customer_action_required, next_attempt_at=cycle.next_attempt_at,
-            attempts_made=attempts_made(cycle, own.retry_authority), grace_started_at=cycle.grace_started_at,
-            grace_expires_at=cycle.grace_expires_at, exception_owner=cycle.exception_owner,
+            attempts_made=attempts_made(cycle, retry_authority=own.retry_authority),
+            grace_started_at=cycle.grace_started_at, grace_expires_at=cycle.grace_expires_at,
+            exception_owner=cycle.exception_owner,
             exception_ticket=cycle.exception_ticket, exception_reason=cycle.exception_reason,
             exception_expires_at=cycle.exception_expires_at, exception_profile=cycle.exception_profile,
             suspended_state=cycle.suspended_state, settled_at=cycle.settled_at,
