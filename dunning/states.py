@@ -4,36 +4,18 @@ from __future__ import annotations
 
 from django.db import models
 
+from dunning import state_names as names
 
-class CycleState(models.TextChoices):
-    CURRENT = "CURRENT"
-    PAYMENT_FAILED = "PAYMENT_FAILED"
-    GRACE_ACTIVE = "GRACE_ACTIVE"
-    RETRY_SCHEDULED = "RETRY_SCHEDULED"
-    RETRY_DISPATCHING = "RETRY_DISPATCHING"
-    RETRY_FAILED = "RETRY_FAILED"
-    PAYMENT_UNKNOWN = "PAYMENT_UNKNOWN"
-    GRACE_EXPIRED = "GRACE_EXPIRED"
-    RESTRICTING = "RESTRICTING"
-    RESTRICTED = "RESTRICTED"
-    CANCEL_PENDING = "CANCEL_PENDING"
-    CANCELED = "CANCELED"
-    RECOVERED = "RECOVERED"
-    CLOSED_VOID = "CLOSED_VOID"
-    EVIDENCE_CONFLICT = "EVIDENCE_CONFLICT"
-    EXCEPTION_ACTIVE = "EXCEPTION_ACTIVE"
+# The names are listed once, in dunning.state_names, so the Django-free evaluator shares them.
+CycleState = models.TextChoices("CycleState", [(name, name) for name in names.CYCLE_STATES], module=__name__)
 
 
 S = CycleState
 
 # States whose invoice counts as debt when the policy maps the invoice status as BLOCKING.
-DELINQUENT_STATES = frozenset(
-    {
-        S.PAYMENT_FAILED, S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_DISPATCHING, S.RETRY_FAILED,
-        S.PAYMENT_UNKNOWN, S.GRACE_EXPIRED, S.RESTRICTING, S.RESTRICTED, S.CANCEL_PENDING,
-        S.CANCELED, S.EVIDENCE_CONFLICT, S.EXCEPTION_ACTIVE,
-    }
-)
+DELINQUENT_STATES = frozenset(S(name) for name in names.DELINQUENT_STATES)
+# Settled (paid or voided): never blocking, never dunned again.
+SETTLED_STATES = frozenset(S(name) for name in names.SETTLED_STATES)
 GRACE_PROFILE_STATES = frozenset(
     {
         S.PAYMENT_FAILED, S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_DISPATCHING, S.RETRY_FAILED,
@@ -47,7 +29,7 @@ GRACE_DEADLINE_STATES = frozenset({S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_FA
 # Terminal: immutable except for appended audit rows (SPEC §2.8).
 TERMINAL_STATES = frozenset({S.CANCELED, S.CLOSED_VOID})
 # "Any open state" of SPEC §5: everything not terminal and not already settled.
-OPEN_STATES = frozenset(set(S) - TERMINAL_STATES - {S.RECOVERED})
+OPEN_STATES = frozenset(set(S) - TERMINAL_STATES - SETTLED_STATES)
 # Evidence may move these automatically; EVIDENCE_CONFLICT leaves only by a support decision.
 AUTO_SETTLEABLE_STATES = frozenset(OPEN_STATES - {S.EVIDENCE_CONFLICT})
 # An exception may suspend only these.

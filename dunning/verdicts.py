@@ -27,6 +27,25 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+# Cycle states as plain strings, from the Django-free list that dunning.states also builds on.
+from dunning.state_names import (
+    CANCEL_PENDING,
+    CANCELED,
+    CURRENT,
+    DELINQUENT_STATES,
+    EVIDENCE_CONFLICT,
+    EXCEPTION_ACTIVE,
+    GRACE_ACTIVE,
+    GRACE_EXPIRED,
+    PAYMENT_UNKNOWN,
+    RESTRICTED,
+    RESTRICTING,
+    RETRY_DISPATCHING,
+    RETRY_FAILED,
+    RETRY_SCHEDULED,
+    SETTLED_STATES,
+)
+
 __all__ = [
     "BLOCKER_CODES", "DUNNING_TEMPLATES", "HOLD", "READY", "Blocker", "CycleReview", "Notice", "PolicyFacts",
     "SubscriptionReview", "Verdict", "evaluate", "is_dunning_template",
@@ -70,30 +89,6 @@ BLOCKER_CODES = (
 )
 _RANK = {code: i for i, code in enumerate(BLOCKER_CODES)}
 
-# Cycle states as plain strings (dunning.states holds the same names as Django TextChoices;
-# a test keeps the two in step so this module needs no Django import).
-CURRENT = "CURRENT"
-PAYMENT_FAILED = "PAYMENT_FAILED"
-GRACE_ACTIVE = "GRACE_ACTIVE"
-RETRY_SCHEDULED = "RETRY_SCHEDULED"
-RETRY_DISPATCHING = "RETRY_DISPATCHING"
-RETRY_FAILED = "RETRY_FAILED"
-PAYMENT_UNKNOWN = "PAYMENT_UNKNOWN"
-GRACE_EXPIRED = "GRACE_EXPIRED"
-RESTRICTING = "RESTRICTING"
-RESTRICTED = "RESTRICTED"
-CANCEL_PENDING = "CANCEL_PENDING"
-CANCELED = "CANCELED"
-RECOVERED = "RECOVERED"
-CLOSED_VOID = "CLOSED_VOID"
-EVIDENCE_CONFLICT = "EVIDENCE_CONFLICT"
-EXCEPTION_ACTIVE = "EXCEPTION_ACTIVE"
-
-DELINQUENT_STATES = frozenset({
-    PAYMENT_FAILED, GRACE_ACTIVE, RETRY_SCHEDULED, RETRY_DISPATCHING, RETRY_FAILED, PAYMENT_UNKNOWN,
-    GRACE_EXPIRED, RESTRICTING, RESTRICTED, CANCEL_PENDING, CANCELED, EVIDENCE_CONFLICT, EXCEPTION_ACTIVE,
-})
-SETTLED_STATES = frozenset({RECOVERED, CLOSED_VOID})
 KNOWN_STATES = DELINQUENT_STATES | SETTLED_STATES | {CURRENT}
 # Grace is running (the trusted clock decides whether it has run out).
 IN_GRACE_STATES = frozenset({GRACE_ACTIVE, RETRY_SCHEDULED, RETRY_DISPATCHING, RETRY_FAILED, PAYMENT_UNKNOWN})

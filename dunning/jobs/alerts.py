@@ -59,7 +59,7 @@ from dunning.rollout import enforces_access
 from dunning.services.alerts import EPISODE_SEPARATOR, alert_raise, alert_resolve
 from dunning.services.local_retry import KEY_RESEND_WINDOW
 from dunning.services.recompute import compute_aggregate
-from dunning.states import AttemptState, CycleState
+from dunning.states import SETTLED_STATES, AttemptState, CycleState
 from entitlements.profiles import FULL
 from subscriptions.models import Invoice, Subscription
 
@@ -68,7 +68,6 @@ JOB = "alerts"
 RESOLVED_BY = "job:alerts"
 PAID_EVENT_TYPES = ("invoice.paid", "invoice.payment_succeeded")
 UNFINISHED_OUTCOMES = (EventOutcome.PENDING, EventOutcome.FAILED)
-SETTLED_STATES = frozenset({CycleState.RECOVERED, CycleState.CLOSED_VOID})
 BATCH = 500
 
 

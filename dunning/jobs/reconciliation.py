@@ -71,7 +71,7 @@ from dunning.rollout import enforces_access
 from dunning.services.alerts import alert_raise
 from dunning.services.receipts import receipt_record
 from dunning.services.recompute import compute_aggregate
-from dunning.states import DELINQUENT_STATES, OPEN_STATES, CycleState
+from dunning.states import DELINQUENT_STATES, OPEN_STATES, SETTLED_STATES, CycleState
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import FULL
 from subscriptions.models import Invoice, InvoiceStatus, Subscription
@@ -90,7 +90,6 @@ BATCH = 200
 MAX_LISTED = 1000  # discrepancies kept in one report; totals count them all
 EVENT_PAGE = 10_000  # events checked per run at most (paged from the provider, newest first)
 DEFAULT_EVENT_PREFIXES = ("invoice.", "payment_intent.", "charge.", "customer.subscription.")
-SETTLED_STATES = frozenset({CycleState.RECOVERED, CycleState.CLOSED_VOID})
 UNFINISHED_INVOICE_STATUSES = (InvoiceStatus.DRAFT, InvoiceStatus.OPEN, InvoiceStatus.UNCOLLECTIBLE)
 # How far along an invoice's life a status is: a provider invoice never moves back.
 STATUS_RANK = {"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}

@@ -26,12 +26,11 @@ from dunning.policy_cache import policy_spec
 from dunning.rollout import enforces_access
 from dunning.services.guards import attempts_made
 from dunning.services.recompute import cycle_view, with_contract
-from dunning.states import DELINQUENT_STATES, CycleState
+from dunning.states import DELINQUENT_STATES, SETTLED_STATES
 from dunning.verdicts import CycleReview, Notice, PolicyFacts, SubscriptionReview, Verdict, evaluate
 from subscriptions.models import Subscription
 
 NOTIFICATION_TOPIC = "notification.requested"
-SETTLING_STATES = (CycleState.RECOVERED, CycleState.CLOSED_VOID)
 
 
 def policy_facts(policy: DunningPolicy) -> PolicyFacts:
@@ -56,7 +55,7 @@ def subscription_review(subscription: Subscription, *, now: datetime) -> Subscri
         .values("cycle_id")
         .annotate(
             latest=Max("id"),
-            settled=Max("id", filter=Q(to_state__in=SETTLING_STATES) & ~Q(from_state=F("to_state"))),
+            settled=Max("id", filter=Q(to_state__in=SETTLED_STATES) & ~Q(from_state=F("to_state"))),
         )
         .order_by()
     }

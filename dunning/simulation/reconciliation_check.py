@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from dunning.states import SETTLED_STATES
+
 if TYPE_CHECKING:
     from dunning.models import ReconciliationReport
     from dunning.simulation.engine import Simulation
@@ -51,8 +53,7 @@ PAID_PRESENCE = frozenset({"PROVIDER_PAID_NO_LOCAL_FACT", "LOCAL_PAID_PROVIDER_N
 # simulation either the product or the reconciliation is wrong, so each one is reported.
 LOCAL_KINDS = frozenset({"ROOT_MISMATCH", "ENTITLEMENT_MISMATCH", "SNAPSHOT_MISMATCH", "CHECK_FAILED",
                          "FETCH_FAILED", "PROVIDER_INVOICE_NOT_FOUND"})
-SETTLED = frozenset({"RECOVERED", "CLOSED_VOID"})
-OPEN_TERMINAL = frozenset({"RECOVERED", "CLOSED_VOID", "CANCELED"})
+OPEN_TERMINAL = SETTLED_STATES | {"CANCELED"}
 RANK = {"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
 
 
@@ -216,7 +217,7 @@ def _differences(t: Truth, b: Books) -> dict[str, str]:
     if t.status == "paid":
         if not b.has_paid_fact:
             diff["PROVIDER_PAID_NO_LOCAL_FACT"] = "provider paid, no PAYMENT_SUCCEEDED fact"
-        if b.cycle_state is not None and b.cycle_state not in SETTLED and not b.dispute_reopened:
+        if b.cycle_state is not None and b.cycle_state not in SETTLED_STATES and not b.dispute_reopened:
             diff["PAID_BUT_CYCLE_OPEN"] = f"provider paid, cycle {b.cycle_state}"
     elif local_paid:
         diff["LOCAL_PAID_PROVIDER_NOT_PAID"] = f"provider {t.status}, we hold it paid"
