@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Exists, Max, OuterRef, Q
+from django.db.models import Exists, Max, OuterRef, Q
 
 from dunning.aggregate import EMPTY_ROOT, CycleView, aggregate_decision, outstanding_root
 from dunning.models import CauseKind, DunningCycle, FactKind, MonetaryFact, PaymentAttempt, TransitionReceipt
+from dunning.services.alerts import duplicate_charge_invoices
 from dunning.services.guards import UNPAID_STATUSES, fresh_receipt_max_age
 from dunning.states import DELINQUENT_STATES, AttemptState
 from entitlements.models import EntitlementSnapshot
@@ -75,13 +76,11 @@ def _views_at_receipt(subscription_pk: int, receipt_pk: int, specs: _PolicySpecs
 def _gate_duplicate_charges() -> Gate:
     """See GATE_DEFINITIONS["duplicate_charges"]."""
     paid_facts = MonetaryFact.objects.filter(kind=FactKind.PAYMENT_SUCCEEDED)
-    by_fact = (paid_facts.exclude(provider_ref="").values("invoice_id")
-               .annotate(refs=Count("provider_ref", distinct=True)).filter(refs__gt=1).values("invoice_id"))
     succeeded = PaymentAttempt.objects.filter(state=AttemptState.SUCCEEDED)
-    by_attempt = (succeeded.values("cycle_id").annotate(n=Count("pk")).filter(n__gt=1).values("cycle_id"))
     charged = Invoice.objects.filter(Exists(paid_facts.filter(invoice_id=OuterRef("pk")))
                                      | Exists(succeeded.filter(cycle__invoice_id=OuterRef("pk"))))
-    duplicated = Invoice.objects.filter(Q(pk__in=by_fact) | Q(cycle__in=by_attempt))
+    by_fact, by_attempt = duplicate_charge_invoices()
+    duplicated = Invoice.objects.filter(Q(pk__in=by_fact) | Q(pk__in=by_attempt))
     offenders = _Offenders()
     count = duplicated.count()
     offenders.extend(count, duplicated.order_by("pk").values_list("provider_invoice_id", flat=True)[:DETAIL_LIMIT])

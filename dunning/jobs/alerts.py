@@ -56,7 +56,7 @@ from dunning.models import (
 )
 from dunning.policy_cache import policy_spec
 from dunning.rollout import enforces_access
-from dunning.services.alerts import EPISODE_SEPARATOR, alert_raise, alert_resolve
+from dunning.services.alerts import EPISODE_SEPARATOR, alert_raise, alert_resolve, duplicate_charge_invoices
 from dunning.services.local_retry import KEY_RESEND_WINDOW
 from dunning.services.recompute import compute_aggregate
 from dunning.states import SETTLED_STATES, AttemptState, CycleState
@@ -290,12 +290,9 @@ def check_duplicate_charges(run: JobReport) -> None:
                                                     resolved_at__lte=run.now).values("cycle_id")
     recent_charges = ProviderEvent.objects.filter(event_type="charge.succeeded", received_at__gte=since,
                                                   received_at__lte=run.now, invoice__isnull=False).values("invoice_id")
-    by_facts = _grouped_invoice_ids(
-        MonetaryFact.objects.filter(kind=FactKind.PAYMENT_SUCCEEDED, invoice_id__in=recent_paid).exclude(
-            provider_ref=""), "invoice_id", "provider_ref", distinct=True)
-    by_attempts = _grouped_invoice_ids(
-        PaymentAttempt.objects.filter(state=AttemptState.SUCCEEDED, cycle_id__in=recent_attempts),
-        "cycle__invoice_id", "pk", distinct=False)
+    facts, attempts = duplicate_charge_invoices(facts=MonetaryFact.objects.filter(invoice_id__in=recent_paid),
+                                                attempts=PaymentAttempt.objects.filter(cycle_id__in=recent_attempts))
+    by_facts, by_attempts = set(facts), set(attempts)
     by_events = _grouped_invoice_ids(
         ProviderEvent.objects.filter(event_type="charge.succeeded", invoice_id__in=recent_charges)
         .annotate(charge=KT("payload__data__object__id")), "invoice_id", "charge", distinct=True)

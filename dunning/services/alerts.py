@@ -30,12 +30,13 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Greatest
 
 from dunning.clock import trusted_now
-from dunning.models import Alert, AlertKind
+from dunning.models import Alert, AlertKind, FactKind, MonetaryFact, PaymentAttempt
 from dunning.models.operations import ALERT_KINDS_RESOLVED_BY_A_PERSON, AlertAction, AlertActionKind
+from dunning.states import AttemptState
 from subscriptions.models import Invoice, Subscription
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,21 @@ SETTLED_EVIDENCE: dict[str, tuple[str, ...]] = {
     AlertKind.FAILURE_RATE_SPIKE: (),  # one key per UTC day
     AlertKind.RECONCILIATION_MISMATCH: (),  # one key per report
 }
+
+
+def duplicate_charge_invoices(*, facts: QuerySet[MonetaryFact] | None = None,
+                              attempts: QuerySet[PaymentAttempt] | None = None) -> tuple[QuerySet, QuerySet]:
+    """Invoices charged more than once, as two flat querysets of invoice pks: by money facts (more
+    than one distinct non-empty provider_ref among their PAYMENT_SUCCEEDED facts) and by payment
+    attempts (more than one SUCCEEDED attempt on their cycle). `facts` and `attempts` narrow the
+    rows counted (all of them by default). Used by the alerts job and the duplicate_charges gate."""
+    paid = (MonetaryFact.objects.all() if facts is None else facts).filter(kind=FactKind.PAYMENT_SUCCEEDED)
+    by_facts = (paid.exclude(provider_ref="").values("invoice_id")
+                .annotate(n=Count("provider_ref", distinct=True)).filter(n__gt=1).values_list("invoice_id", flat=True))
+    succeeded = (PaymentAttempt.objects.all() if attempts is None else attempts).filter(state=AttemptState.SUCCEEDED)
+    by_attempts = (succeeded.values("cycle__invoice_id").annotate(n=Count("pk")).filter(n__gt=1)
+                   .values_list("cycle__invoice_id", flat=True))
+    return by_facts, by_attempts
 
 
 class AlertRefused(Exception):
