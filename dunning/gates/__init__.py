@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from dunning.clock import trusted_now
+from dunning.models import PAID_EVENT_TYPES
 
 from .contract import _gate_ended_contract_access, _gate_grace_overrun
 from .definitions import (
@@ -29,7 +30,6 @@ from .definitions import (
     LATENCY_LIMIT_SECONDS,
     NON_MOVING_EDGES,
     OWNER_DEADLINE,
-    PAID_EVENT_TYPES,
     PENDING_LIMIT,
     RESTRICTING_EDGES,
 )

@@ -11,7 +11,6 @@ DETAIL_LIMIT = 5  # offending ids listed per gate
 PENDING_LIMIT = timedelta(minutes=10)  # an unprocessed event older than this counts against attribution
 OWNER_DEADLINE = timedelta(hours=1)  # PAYMENT_UNKNOWN gets an owner within one hour (SPEC §5)
 LATENCY_LIMIT_SECONDS = 60.0  # p99 confirmed payment → compliant recovery (SPEC §15)
-PAID_EVENT_TYPES = ("invoice.paid", "invoice.payment_succeeded")
 RESTRICTING_EDGES = ("begin_restriction", "cancel")
 NON_MOVING_EDGES = ("record_evidence",)  # accepted without moving the cycle (generation moves only on an
 #                                          invoice change); every other accepted cycle receipt moved it.

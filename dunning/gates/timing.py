@@ -11,6 +11,7 @@ from django.db.models.fields.json import KT
 
 from dunning.aggregate import EMPTY_ROOT
 from dunning.models import (
+    PAID_EVENT_TYPES,
     AttemptOrigin,
     DunningCycle,
     FactKind,
@@ -25,7 +26,7 @@ from dunning.states import AttemptState, CycleState
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import FULL
 
-from .definitions import BATCH, LATENCY_LIMIT_SECONDS, OWNER_DEADLINE, PAID_EVENT_TYPES
+from .definitions import BATCH, LATENCY_LIMIT_SECONDS, OWNER_DEADLINE
 from .report import Gate, _count_gate, _Offenders, _PolicySpecs, _rate_gate
 
 

@@ -44,6 +44,7 @@ from django.db.models.fields.json import KT
 
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, scheduled_job
 from dunning.models import (
+    PAID_EVENT_TYPES,
     Alert,
     AlertKind,
     DunningCycle,
@@ -66,7 +67,6 @@ from subscriptions.models import Invoice, Subscription
 log = logging.getLogger(__name__)
 JOB = "alerts"
 RESOLVED_BY = "job:alerts"
-PAID_EVENT_TYPES = ("invoice.paid", "invoice.payment_succeeded")
 UNFINISHED_OUTCOMES = (EventOutcome.PENDING, EventOutcome.FAILED)
 BATCH = 500
 

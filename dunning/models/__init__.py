@@ -1,6 +1,13 @@
 from dunning.models.audit import CauseKind, OutboxMessage, TransitionReceipt
 from dunning.models.cycle import AttemptOrigin, DunningCycle, PaymentAttempt
-from dunning.models.evidence import EventOutcome, FactKind, MonetaryFact, ProviderEvent, ProviderReceipt
+from dunning.models.evidence import (
+    PAID_EVENT_TYPES,
+    EventOutcome,
+    FactKind,
+    MonetaryFact,
+    ProviderEvent,
+    ProviderReceipt,
+)
 from dunning.models.inbox import Verification, WebhookDelivery
 from dunning.models.operations import (
     Alert,
@@ -16,6 +23,6 @@ from dunning.models.policy import DunningPolicy
 __all__ = [
     "Alert", "AlertKind", "IncidentSwitch", "JobRun", "NotificationDelivery", "ReconciliationReport",
     "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "EventOutcome", "FactKind",
-    "MonetaryFact", "OutboxMessage", "PaymentAttempt", "ProviderEvent", "ProviderReceipt",
+    "MonetaryFact", "OutboxMessage", "PAID_EVENT_TYPES", "PaymentAttempt", "ProviderEvent", "ProviderReceipt",
     "SupportConsole", "TransitionReceipt", "Verification", "WebhookDelivery",
 ]

@@ -19,6 +19,10 @@ class EventOutcome(models.TextChoices):
     FAILED = "FAILED"
 
 
+# Provider events that say an invoice was paid.
+PAID_EVENT_TYPES = ("invoice.paid", "invoice.payment_succeeded")
+
+
 class ProviderEvent(AppendOnlyModel):
     """Inbox row, unique per (provider, event id). The raw payload never changes; only the
     processing bookkeeping does."""

@@ -15,7 +15,15 @@ from django.conf import settings
 
 from dunning.clock import trusted_now
 from dunning.deadlocks import retry_on_deadlock
-from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, PaymentAttempt, ProviderEvent
+from dunning.models import (
+    PAID_EVENT_TYPES,
+    DunningCycle,
+    EventOutcome,
+    FactKind,
+    MonetaryFact,
+    PaymentAttempt,
+    ProviderEvent,
+)
 from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.opening import InvoiceFacts, OpeningRefused, cycle_open_for_invoice
 from dunning.services.payment_methods import PAYMENT_METHOD_EVENT_TYPES, payment_method_event
@@ -30,7 +38,6 @@ from subscriptions.providers.registry import get_provider
 
 log = logging.getLogger(__name__)
 FAILED_PAYMENT_STATUSES = {"failed", "requires_payment_method", "canceled"}
-PAID_EVENT_TYPES = frozenset({"invoice.paid", "invoice.payment_succeeded"})
 
 
 @dataclass
