@@ -38,11 +38,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count, F, Min, Q, QuerySet
 from django.db.models.fields.json import KT
 
-from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, scheduled_job
+from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, job_setting, scheduled_job
 from dunning.models import (
     PAID_EVENT_TYPES,
     Alert,
@@ -71,10 +70,6 @@ UNFINISHED_OUTCOMES = (EventOutcome.PENDING, EventOutcome.FAILED)
 BATCH = 500
 
 
-def _setting(name: str, default: Any) -> Any:
-    return getattr(settings, name, default)
-
-
 @scheduled_job(JOB, "Alerts: paid but not restored (> 60 s), duplicate charges, failure-rate spike vs 7-day mean, "
                    "provider cancellation unconfirmed after an hour, unknown payments past key retention")
 def alerts(run: JobReport) -> None:
@@ -91,6 +86,11 @@ def alerts(run: JobReport) -> None:
                 log.exception("alerts: %s failed", check.__name__)
                 run.errors += 1
                 run.note(f"{check.__name__} failed: {type(exc).__name__}: {exc}")
+
+
+def _lookback_start(now: datetime) -> datetime:
+    """The oldest evidence the paid-not-restored and duplicate-charge checks look at."""
+    return now - timedelta(days=float(job_setting("DUNNING_ALERT_LOOKBACK_DAYS", 7)))
 
 
 def _count(run: JobReport, alert: Alert) -> None:
@@ -214,8 +214,8 @@ def _paid_not_restored_key(provider_invoice_id: str) -> str:
 
 
 def check_paid_not_restored(run: JobReport) -> None:
-    threshold = timedelta(seconds=float(_setting("DUNNING_ALERT_PAID_NOT_RESTORED_SECONDS", 60)))
-    since = run.now - timedelta(days=float(_setting("DUNNING_ALERT_LOOKBACK_DAYS", 7)))
+    threshold = timedelta(seconds=float(job_setting("DUNNING_ALERT_PAID_NOT_RESTORED_SECONDS", 60)))
+    since = _lookback_start(run.now)
     cutoff = run.now - threshold
     seen: set[tuple[str, str]] = set()
     firing: set[str] = set()
@@ -283,7 +283,7 @@ def _grouped_invoice_ids(queryset: QuerySet, invoice_field: str, counted: str, *
 
 
 def check_duplicate_charges(run: JobReport) -> None:
-    since = run.now - timedelta(days=float(_setting("DUNNING_ALERT_LOOKBACK_DAYS", 7)))
+    since = _lookback_start(run.now)
     recent_paid = MonetaryFact.objects.filter(kind=FactKind.PAYMENT_SUCCEEDED, recorded_at__gte=since,
                                               recorded_at__lte=run.now).values("invoice_id")
     recent_attempts = PaymentAttempt.objects.filter(state=AttemptState.SUCCEEDED, resolved_at__gte=since,
@@ -352,9 +352,9 @@ def failure_rates(now: datetime) -> dict[str, Any]:
 
 
 def check_failure_rate_spike(run: JobReport) -> None:
-    factor = float(_setting("DUNNING_FAILURE_SPIKE_FACTOR", 2.0))
-    min_attempts = int(_setting("DUNNING_FAILURE_SPIKE_MIN_ATTEMPTS", 20))
-    floor = float(_setting("DUNNING_FAILURE_SPIKE_MIN_RATE", 0.05))
+    factor = float(job_setting("DUNNING_FAILURE_SPIKE_FACTOR", 2.0))
+    min_attempts = int(job_setting("DUNNING_FAILURE_SPIKE_MIN_ATTEMPTS", 20))
+    floor = float(job_setting("DUNNING_FAILURE_SPIKE_MIN_RATE", 0.05))
     rates = failure_rates(run.now)
     run.examined += 1
     today, mean = rates["today"], rates["baseline_mean"]
@@ -384,7 +384,7 @@ def _cancel_key(subscription: Subscription) -> str:
 def check_cancel_unconfirmed(run: JobReport) -> None:
     """A dunning cancellation the provider has not confirmed within the hour: the customer was told
     the subscription ended while the provider may still invoice and retry them."""
-    limit = timedelta(seconds=float(_setting("DUNNING_PROVIDER_CANCEL_ALERT_SECONDS", 3600)))
+    limit = timedelta(seconds=float(job_setting("DUNNING_PROVIDER_CANCEL_ALERT_SECONDS", 3600)))
     waiting = Subscription.objects.filter(provider_cancel_requested_at__lte=run.now - limit,
                                           provider_cancel_confirmed_at__isnull=True)
     for sub in waiting.order_by("pk").iterator(chunk_size=BATCH):

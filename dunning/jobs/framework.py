@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Q, QuerySet
 
@@ -28,6 +29,11 @@ from dunning.models import JobRun
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
+
+
+def job_setting(name: str, default: Any) -> Any:
+    """A job's tunable from the settings (DUNNING_*), `default` when it is not set."""
+    return getattr(settings, name, default)
 
 
 @dataclass

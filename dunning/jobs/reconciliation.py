@@ -50,12 +50,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from dunning.aggregate import EMPTY_ROOT
 from dunning.clock import trusted_now
-from dunning.jobs.framework import JobReport, claim, scheduled_job
+from dunning.jobs.framework import JobReport, claim, job_setting, scheduled_job
 from dunning.models import (
     AlertKind,
     DunningCycle,
@@ -117,18 +116,19 @@ class Kind:
     CHECK_FAILED = "CHECK_FAILED"
 
 
-def _setting(name: str, default: Any) -> Any:
-    return getattr(settings, name, default)
+def _event_grace() -> timedelta:
+    """How long a provider event may be in flight before its absence from the inbox counts."""
+    return timedelta(seconds=float(job_setting("DUNNING_RECONCILIATION_EVENT_GRACE_SECONDS", 300)))
 
 
 def reconciliation_window(now: datetime) -> tuple[datetime, datetime, datetime | None]:
     """(start, end, end of the previous report's window or None)."""
-    start = now - timedelta(hours=float(_setting("DUNNING_RECONCILIATION_WINDOW_HOURS", 24)))
+    start = now - timedelta(hours=float(job_setting("DUNNING_RECONCILIATION_WINDOW_HOURS", 24)))
     previous = (ReconciliationReport.objects.filter(window_end__lte=now).order_by("-window_end")
                 .values_list("window_end", flat=True).first())
     if previous is not None and previous < start:
         start = previous  # a missed day: reconcile from where the last report stopped...
-    floor = now - timedelta(days=float(_setting("DUNNING_RECONCILIATION_MAX_CATCH_UP_DAYS", 7)))
+    floor = now - timedelta(days=float(job_setting("DUNNING_RECONCILIATION_MAX_CATCH_UP_DAYS", 7)))
     return max(start, floor), now, previous  # ...but not further back than the cap
 
 
@@ -162,7 +162,7 @@ def reconciliation(run: JobReport) -> None:
             totals["unreconciled_gap"] = [previous_end.isoformat(), start.isoformat()]
             run.note(f"nothing reconciled {previous_end.isoformat()}..{start.isoformat()}: past the catch-up cap")
         provider = get_provider()
-        grace = timedelta(seconds=float(_setting("DUNNING_RECONCILIATION_EVENT_GRACE_SECONDS", 300)))
+        grace = _event_grace()
         events = _check_events(run, provider, start, end, findings, totals)
         recent = _Recent.of(events, since=end - grace)
         _check_invoices(run, start, findings, totals, named=_invoices_named_by(events, start - grace), recent=recent)
@@ -193,8 +193,8 @@ def reconciliation(run: JobReport) -> None:
 def _check_events(run: JobReport, provider: PaymentProvider, start: datetime, end: datetime, findings: Findings,
                   totals: dict[str, Any]) -> list[dict[str, Any]] | None:
     """Lost webhooks; returns the events listed (None when the provider could not list them)."""
-    grace = timedelta(seconds=float(_setting("DUNNING_RECONCILIATION_EVENT_GRACE_SECONDS", 300)))
-    prefixes = tuple(_setting("DUNNING_RECONCILIATION_EVENT_PREFIXES", DEFAULT_EVENT_PREFIXES))
+    grace = _event_grace()
+    prefixes = tuple(job_setting("DUNNING_RECONCILIATION_EVENT_PREFIXES", DEFAULT_EVENT_PREFIXES))
     # The window shifted back by the grace: events of the last minutes before `end` are still in
     # flight now, and the next run (whose window starts at or before `end`) counts them.
     since, until = start - grace, end - grace
@@ -653,7 +653,7 @@ def _contract_settling(subscription: Subscription, now: datetime) -> bool:
     """A date the held contract carries (the period end it cancels at, its end, a pause's resume
     time, a trial's end) passed within the grace before `now`: the contract_deadlines job (every
     minute) applies it, so until then the profile held is the one before that date, in flight."""
-    grace = timedelta(seconds=float(_setting("DUNNING_RECONCILIATION_EVENT_GRACE_SECONDS", 300)))
+    grace = _event_grace()
     dates = (subscription.current_period_end if subscription.cancel_at_period_end else None,
              subscription.contract_ended_at, subscription.pause_resumes_at, subscription.trial_end)
     return any(d is not None and now - grace < d <= now for d in dates)
