@@ -1,5 +1,5 @@
-"""RFC 9457 problem documents for every API error, with the stable type URIs of
-`dunning.problems` (https://dunning.invalid/problems/<slug>)."""
+"""RFC 9457 problem documents for every API error, built by `dunning.problems` (stable type URIs
+https://dunning.invalid/problems/<slug>) and answered as DRF responses."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from dunning.problems import PROBLEM_BASE
+from dunning.problems import PROBLEM_CONTENT_TYPE, problem_body
 
 log = logging.getLogger(__name__)
-
-PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 # DRF exception class -> stable slug. Order matters: subclasses first.
 _SLUGS: tuple[tuple[type[exceptions.APIException], str, str], ...] = (
@@ -32,14 +30,6 @@ _SLUGS: tuple[tuple[type[exceptions.APIException], str, str], ...] = (
     (exceptions.UnsupportedMediaType, "unsupported-media-type", "Unsupported media type"),
     (exceptions.Throttled, "rate-limited", "Too many requests"),
 )
-
-
-def problem_body(status: int, slug: str, title: str, detail: str = "", **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"type": PROBLEM_BASE + slug, "title": title, "status": status}
-    if detail:
-        body["detail"] = detail
-    body.update(extra)
-    return body
 
 
 def problem_response(status: int, slug: str, title: str, detail: str = "", *,

@@ -80,8 +80,7 @@ def _valid(serializer_class: type[Serializer], request: Request) -> dict[str, An
 
 def refusal_response(code: str, detail: str, *, unprocessable: bool = False) -> Response:
     status = 422 if unprocessable else 409
-    slug = code.lower().replace("_", "-") or "refused"
-    return problem_response(status, slug, "Refused", detail or code, code=code)
+    return problem_response(status, code or "refused", "Refused", detail or code, code=code)
 
 
 def transition_response(result: TransitionResult) -> Response:
