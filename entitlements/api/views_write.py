@@ -24,12 +24,12 @@ from dunning.clock import trusted_now
 from dunning.models import Alert, AlertKind, DunningPolicy, ProviderEvent
 from dunning.models.operations import AlertAction
 from dunning.policy_document import PolicyValidationError
-from dunning.services.acceptance import cycle_accept_transition
 from dunning.services.alerts import AlertRefused, alert_acknowledge, alert_resolve_by_staff
 from dunning.services.event_requeue import HELD_OUTCOMES, ReprocessOutcome, ReprocessRefused, event_reprocess
 from dunning.services.policies import PolicyConflict, policy_publish
-from dunning.services.results import Cause, Expect, TransitionResult
+from dunning.services.results import Cause, TransitionResult
 from dunning.services.retry_now import cycle_retry_now
+from dunning.services.support import cycle_grant_exception
 from entitlements.api.auth import (
     CanGrantException,
     CanPublishPolicy,
@@ -101,12 +101,10 @@ class CycleExceptionView(APIView):
     def post(self, request: Request, ref: str) -> Response:
         cycle = cycle_for_request(request, ref)
         data = _valid(ExceptionGrantSerializer, request)
-        params: dict[str, Any] = {"expires_at": data["expires_at"]}
-        params.update({k: data[k] for k in ("owner", "profile") if k in data})
-        cause = Cause.staff(request.user, reason=data["reason"], ticket=data["ticket"])
-        return idempotent_call(request, lambda: transition_response(cycle_accept_transition(
-            cycle_pk=cycle.pk, edge="grant_exception", expect=Expect.from_cycle(cycle), cause=cause,
-            params=params, now=trusted_now())))
+        # The support console's service: one path for this staff decision, whoever asks.
+        return idempotent_call(request, lambda: transition_response(cycle_grant_exception(
+            cycle_pk=cycle.pk, user=request.user, expires_at=data["expires_at"], owner=data.get("owner", ""),
+            profile=data.get("profile"), reason=data["reason"], ticket=data["ticket"], now=trusted_now())))
 
 
 class CycleRetryView(APIView):
