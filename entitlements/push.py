@@ -36,7 +36,6 @@ from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
 from dunning.models import OutboxMessage
 from entitlements.models import DeliveryStatus, EntitlementDelivery, EntitlementSubscriber
 
-TOPIC = "entitlement.changed"
 SIGNATURE_HEADER = "Dunning-Signature"
 MESSAGE_ID_HEADER = "Dunning-Message-Id"
 PUSH_FIELDS = ("subscription", "provider_subscription_id", "generation", "profile", "capabilities", "reason",

@@ -61,10 +61,6 @@ def cycle_accept_transition(
     return retry_on_deadlock(decide, what=f"acceptance of {edge} on cycle {cycle_pk}")
 
 
-# Public alias: the name the spec uses.
-accept_transition = cycle_accept_transition
-
-
 def _lock_subscription_of(cycle_pk: int) -> Subscription:
     """Lock the cycle's subscription first (the lock order every acceptance keeps), found in the
     same statement: a cycle never moves to another subscription."""

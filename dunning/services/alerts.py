@@ -87,11 +87,6 @@ def _episodes(dedupe_key: str):  # noqa: ANN202 - an Alert queryset
     return Alert.objects.filter(Q(dedupe_key=dedupe_key) | Q(dedupe_key__startswith=dedupe_key + EPISODE_SEPARATOR))
 
 
-def alert_open_for(dedupe_key: str) -> Alert | None:
-    """The unresolved episode of the condition `dedupe_key`, if there is one."""
-    return _episodes(dedupe_key).filter(resolved_at__isnull=True).order_by("-raised_at", "-pk").first()
-
-
 def _episode_key(dedupe_key: str, episode: int) -> str:
     return dedupe_key if episode == 1 else f"{dedupe_key}{EPISODE_SEPARATOR}{episode}"
 

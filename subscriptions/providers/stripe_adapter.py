@@ -399,13 +399,3 @@ def _header_timestamp(header: str) -> int:
             except ValueError:
                 break
     raise WebhookVerificationError("Stripe-Signature has no valid timestamp", code="SIGNATURE_MALFORMED")
-
-
-def provider_from_settings() -> StripeProvider:
-    from django.conf import settings
-
-    return StripeProvider(
-        api_key=settings.STRIPE_API_KEY, api_base=settings.STRIPE_API_BASE,
-        webhook_secrets=settings.STRIPE_WEBHOOK_SECRETS, account=settings.STRIPE_ACCOUNT,
-        timeout=settings.STRIPE_TIMEOUT_SECONDS, api_version=settings.STRIPE_API_VERSION or None,
-    )
