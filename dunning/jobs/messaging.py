@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, due_in_order, scheduled_job, worker_name
-from dunning.models import DunningCycle, DunningPolicy, OutboxMessage
+from dunning.models import ENTITLEMENT_CHANGED_TOPIC, DunningCycle, DunningPolicy, OutboxMessage
 from dunning.policy_cache import policy_spec
 from dunning.rollout import sends_notifications
 from dunning.services.notifications import notification_deliver
@@ -38,7 +38,7 @@ def _entitlement_changed(message: OutboxMessage, *, now: datetime) -> None:
 CONSUMERS: dict[str, Callable[..., object]] = {
     "notification.requested": notification_deliver,
     "provider.cancel_subscription": provider_cancel_deliver,
-    "entitlement.changed": _entitlement_changed,
+    ENTITLEMENT_CHANGED_TOPIC: _entitlement_changed,
 }
 
 

@@ -1,4 +1,4 @@
-from dunning.models.audit import CauseKind, OutboxMessage, TransitionReceipt
+from dunning.models.audit import ENTITLEMENT_CHANGED_TOPIC, CauseKind, OutboxMessage, TransitionReceipt
 from dunning.models.cycle import AttemptOrigin, DunningCycle, PaymentAttempt
 from dunning.models.evidence import (
     PAID_EVENT_TYPES,
@@ -22,7 +22,7 @@ from dunning.models.policy import DunningPolicy
 
 __all__ = [
     "Alert", "AlertKind", "IncidentSwitch", "JobRun", "NotificationDelivery", "ReconciliationReport",
-    "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "EventOutcome", "FactKind",
-    "MonetaryFact", "OutboxMessage", "PAID_EVENT_TYPES", "PaymentAttempt", "ProviderEvent", "ProviderReceipt",
-    "SupportConsole", "TransitionReceipt", "Verification", "WebhookDelivery",
+    "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "ENTITLEMENT_CHANGED_TOPIC", "EventOutcome",
+    "FactKind", "MonetaryFact", "OutboxMessage", "PAID_EVENT_TYPES", "PaymentAttempt", "ProviderEvent",
+    "ProviderReceipt", "SupportConsole", "TransitionReceipt", "Verification", "WebhookDelivery",
 ]

@@ -60,6 +60,10 @@ class TransitionReceipt(AppendOnlyModel):
         return f"{self.edge} {self.from_state}→{self.to_state or '—'} {verdict}"
 
 
+# The outbox topic of a new entitlement generation (consumed by dunning.consumers).
+ENTITLEMENT_CHANGED_TOPIC = "entitlement.changed"
+
+
 class OutboxMessage(AppendOnlyModel):
     """Written in the acceptance transaction; relayed after commit, at least once."""
 

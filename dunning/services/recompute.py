@@ -12,7 +12,7 @@ from datetime import datetime
 from dunning.aggregate import CycleView, Decision, aggregate_decision, outstanding_root
 from dunning.clock import trusted_now
 from dunning.contract import ContractView, contract_phase, contract_says
-from dunning.models import DunningCycle, OutboxMessage, TransitionReceipt
+from dunning.models import ENTITLEMENT_CHANGED_TOPIC, DunningCycle, OutboxMessage, TransitionReceipt
 from dunning.policy_cache import policy_spec
 from dunning.policy_document import PolicyDocument
 from dunning.rollout import enforces_access, sends_notifications
@@ -127,7 +127,7 @@ def settle_subscription(
             subscription=subscription, generation=new_generation, profile=profile.name,
             capabilities=profile.capabilities(), reason=decision.reason[:255], issued_at=now, cause_receipt=receipt,
         )
-        _outbox(receipt, "entitlement.changed", f"entitlement.changed:{subscription.pk}:{new_generation}", {
+        _outbox(receipt, ENTITLEMENT_CHANGED_TOPIC, f"{ENTITLEMENT_CHANGED_TOPIC}:{subscription.pk}:{new_generation}", {
             "subscription": subscription.pk, "provider_subscription_id": key, "generation": new_generation,
             "profile": profile.name, "capabilities": profile.capabilities(), "reason": decision.reason,
             "issued_at": now.isoformat(),
