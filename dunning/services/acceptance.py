@@ -25,7 +25,7 @@ from dunning.models import DunningCycle, MonetaryFact, TransitionReceipt
 from dunning.policy_cache import policy_spec, spec_only_policy
 from dunning.services.edges import EDGES
 from dunning.services.guards import EdgeContext, Refusal
-from dunning.services.recompute import settle_subscription
+from dunning.services.recompute import Accepted, settle_subscription
 from dunning.services.results import Cause, Evidence, Expect, TransitionResult
 from dunning.states import TERMINAL_STATES
 from subscriptions.models import Subscription
@@ -114,12 +114,11 @@ def _accept_locked(
             cycle.save()
         except ConcurrentTransition:
             raise Refusal("STALE_CYCLE_GENERATION", "the cycle changed while this transition was applied") from None
-    settled = settle_subscription(
-        subscription=subscription, changed_cycle=cycle, now=now, cause=cause, edge=edge,
-        from_state=from_state, expect=expect, evidence=evidence,
-        notification=rule.notification if rule.moves_cycle else "", notes=ctx.notes,
+    settled = settle_subscription(subscription=subscription, changed_cycle=cycle, now=now, accepted=Accepted(
+        edge=edge, cause=cause, evidence=evidence, from_state=from_state, expect=expect,
+        notes=tuple(ctx.notes), notification=rule.notification if rule.moves_cycle else "",
         side_effects=tuple(ctx.side_effects),
-    )
+    ))
     cycle.subscription = subscription  # the locked row as this transaction leaves it
     return TransitionResult(
         accepted=True, edge=edge, receipt_id=settled.receipt.pk, from_state=from_state, to_state=cycle.state,

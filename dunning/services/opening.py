@@ -15,7 +15,7 @@ from dunning.contract import ContractView, contract_phase, is_ended
 from dunning.models import DunningCycle, DunningPolicy
 from dunning.policy_vocabulary import CONTRACT_STATES
 from dunning.services.policies import NoPolicyError, policy_for_prices
-from dunning.services.recompute import settle_subscription
+from dunning.services.recompute import Accepted, settle_subscription
 from dunning.services.results import Cause, ContractUpdate, Evidence
 from dunning.states import CycleState
 from entitlements.profiles import FULL
@@ -70,9 +70,10 @@ def subscription_register(
             )
             subscription = Subscription.objects.select_for_update().get(pk=subscription.pk)
             settle_subscription(
-                subscription=subscription, changed_cycle=None, now=now, cause=cause, edge="register",
-                from_state="", expect=None, evidence=Evidence(), force_new_generation=True,
-                first_snapshot=True, notes=[f"bound to policy {policy.identity}"],
+                subscription=subscription, changed_cycle=None, now=now,
+                accepted=Accepted(edge="register", cause=cause, evidence=Evidence(),
+                                  notes=(f"bound to policy {policy.identity}",)),
+                force_new_generation=True, first_snapshot=True,
             )
             return subscription
     except IntegrityError:
@@ -142,8 +143,8 @@ def cycle_open_for_invoice(
                 opened_at=now,
             )
             settle_subscription(
-                subscription=subscription, changed_cycle=cycle, now=now, cause=cause, edge="open_cycle",
-                from_state="", expect=None, evidence=evidence or Evidence(),
+                subscription=subscription, changed_cycle=cycle, now=now,
+                accepted=Accepted(edge="open_cycle", cause=cause, evidence=evidence or Evidence()),
             )
             return cycle
     except IntegrityError:

@@ -34,7 +34,7 @@ from dunning.policy_cache import policy_spec
 from dunning.policy_vocabulary import CONTRACT_STATES
 from dunning.services.guards import Refusal
 from dunning.services.policies import NoPolicyError, policy_for_prices
-from dunning.services.recompute import settle_subscription
+from dunning.services.recompute import Accepted, settle_subscription
 from dunning.services.results import Cause, ContractUpdate, Evidence, TransitionResult
 from dunning.states import OPEN_STATES
 from subscriptions.models import Subscription
@@ -85,8 +85,9 @@ def subscription_accept_change(
                     raise ValueError("contract_update needs the contract as fetched")
                 notes.extend(_apply_contract(subscription, contract, now))
             settled = settle_subscription(
-                subscription=subscription, changed_cycle=None, now=now, cause=cause, edge=change, from_state="",
-                expect=None, evidence=evidence, notes=notes, force_new_generation=change == "reissue_entitlement",
+                subscription=subscription, changed_cycle=None, now=now,
+                accepted=Accepted(edge=change, cause=cause, evidence=evidence, notes=tuple(notes)),
+                force_new_generation=change == "reissue_entitlement",
             )
     except Refusal as refusal:
         return _record_rejection(subscription_pk, change, expect, cause, evidence, now, refusal)
