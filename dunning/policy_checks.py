@@ -170,8 +170,27 @@ class _Checker:
         return None if None in result else result
 
     def canonical(self) -> dict[str, Any]:
-        """The normalised document, checked in document order; meaningful only without faults."""
-        fmt = format_iso_duration
+        """The normalised document, checked in document order; meaningful only without faults.
+        Each part checks its fields (so faults come out in this order) and gives its keys."""
+        document = self.header_part()
+        document["invoice_status_mapping"] = self.invoice_statuses()
+        document["dispute_lost"] = self.choice("dispute_lost", self.field("dispute_lost", default="BLOCKING"), DEBT,
+                                               "value")
+        document.update(self.retry_part())
+        access, grace_starts, grace_duration = self.access_part()
+        document.update(access)
+        document.update(self.cancellation_part())
+        document["notifications"] = self.notifications_part(grace_starts, grace_duration)
+        document["exceptions"] = self.exceptions_part()
+        document.update(self.operation_part())
+        contract_access = self.contract_access()
+        if contract_access is not None:
+            # Only when stated: documents published before the contract line keep their digest.
+            document["contract_access"] = contract_access
+        return document
+
+    def header_part(self) -> dict[str, Any]:
+        """schema, policy, default, provider, applies_to."""
         schema = self.field("schema", required=f"required; expected {SCHEMA_ID}")
         if schema is not None and schema != SCHEMA_ID:
             self.fault("schema", f"must be {SCHEMA_ID}, got {_show(schema)}")
@@ -187,10 +206,24 @@ class _Checker:
             self.fault("applies_to.prices", "must list at least one price id unless the policy is "
                        "default: true")
         cohort = self.text("applies_to.cohort", applies.get("cohort", "default"))
-        statuses = self.invoice_statuses()
-        dispute = self.choice("dispute_lost", self.field("dispute_lost", default="BLOCKING"), DEBT, "value")
+        return {
+            "schema": SCHEMA_ID, "policy": identity, "default": is_default,
+            "provider": {"name": provider_name, "account": account},
+            "applies_to": {"prices": sorted(prices or []), "cohort": cohort},
+        }
+
+    def retry_part(self) -> dict[str, Any]:
+        """retry_authority, max_attempts, retry_intervals, failure_classes."""
         authority, attempts, intervals = self.retries()
         failure_classes = self.failure_classes()
+        return {
+            "retry_authority": authority, "max_attempts": attempts,
+            "retry_intervals": [format_iso_duration(i) for i in intervals or []], "failure_classes": failure_classes,
+        }
+
+    def access_part(self) -> tuple[dict[str, Any], str | None, timedelta | None]:
+        """grace, restrict_after, restricted_profile, recover_on, recover_with_remaining_debt; with
+        the grace's start and duration, which the reminders are checked against."""
         restricted = self.choice("restricted_profile", self.field("restricted_profile"), PROFILES, "profile",
                                  required="required; the profile after grace, e.g. SUSPENDED")
         if restricted == "FULL":
@@ -202,47 +235,47 @@ class _Checker:
         recover_on = self.constant("recover_on", "INVOICE_PAID_RECEIPT")
         remaining_debt = self.field("recover_with_remaining_debt", default=False)
         remaining_debt = self.boolean("recover_with_remaining_debt", remaining_debt)
+        access = {
+            "grace": {"starts": starts, "duration": format_iso_duration(grace_duration) if grace_duration else None,
+                      "profile": grace_profile},
+            "restrict_after": restrict_after, "restricted_profile": restricted, "recover_on": recover_on,
+            "recover_with_remaining_debt": remaining_debt,
+        }
+        return access, starts, grace_duration
+
+    def cancellation_part(self) -> dict[str, Any]:
+        """cancel_after, cancel_after_restricted."""
         cancel_after, cancel_delay = self.cancellation()
+        return {"cancel_after": cancel_after,
+                "cancel_after_restricted": format_iso_duration(cancel_delay) if cancel_delay else None}
+
+    def notifications_part(self, grace_starts: str | None, grace_duration: timedelta | None) -> dict[str, Any]:
         notes = self.section("notifications", ("template_generation", "reminders_before_grace_end")) or {}
         template = self.integer("notifications.template_generation", notes.get("template_generation", 1),
                                 1, None, "a positive integer")
         reminders = self.items(REMINDERS_FIELD, notes.get("reminders_before_grace_end", []), "durations",
                                self.duration)
-        self.check_reminders(reminders, starts, grace_duration)
+        self.check_reminders(reminders, grace_starts, grace_duration)
+        return {"template_generation": template, "reminders_before_grace_end": [
+            format_iso_duration(r) for r in sorted(reminders or [], reverse=True)]}
+
+    def exceptions_part(self) -> dict[str, Any]:
         exceptions = self.section("exceptions", ("max_duration", "requires"))
         must_expire = "required; every exception must expire, e.g. P14D" if exceptions is not None else ""
         exception_max = self.duration("exceptions.max_duration", (exceptions or {}).get("max_duration"),
                                       must_expire)
         requires = self.exception_requires((exceptions or {}).get("requires", [*EXCEPTION_REQUIREMENTS]))
+        return {"max_duration": format_iso_duration(exception_max) if exception_max else None, "requires": requires}
+
+    def operation_part(self) -> dict[str, Any]:
+        """clock, mode, rollout."""
         clock = self.choice("clock", self.field("clock", default="DATABASE"), CLOCKS, "clock")
         mode = self.choice("mode", self.field("mode", default="SHADOW"), MODES, "mode")
         rollout = self.section("rollout", ("percent", "cohort")) or {}
         percent = self.integer("rollout.percent", rollout.get("percent", 100), 0, 100,
                                "an integer from 0 to 100")
         rollout_cohort = self.text("rollout.cohort", rollout.get("cohort", "default"))
-        contract_access = self.contract_access()
-        document = {
-            "schema": SCHEMA_ID, "policy": identity, "default": is_default,
-            "provider": {"name": provider_name, "account": account},
-            "applies_to": {"prices": sorted(prices or []), "cohort": cohort},
-            "invoice_status_mapping": statuses, "dispute_lost": dispute,
-            "retry_authority": authority, "max_attempts": attempts,
-            "retry_intervals": [fmt(i) for i in intervals or []], "failure_classes": failure_classes,
-            "grace": {"starts": starts, "duration": fmt(grace_duration) if grace_duration else None,
-                      "profile": grace_profile},
-            "restrict_after": restrict_after, "restricted_profile": restricted, "recover_on": recover_on,
-            "recover_with_remaining_debt": remaining_debt, "cancel_after": cancel_after,
-            "cancel_after_restricted": fmt(cancel_delay) if cancel_delay else None,
-            "notifications": {"template_generation": template, "reminders_before_grace_end": [
-                fmt(r) for r in sorted(reminders or [], reverse=True)]},
-            "exceptions": {"max_duration": fmt(exception_max) if exception_max else None,
-                           "requires": requires},
-            "clock": clock, "mode": mode, "rollout": {"percent": percent, "cohort": rollout_cohort},
-        }
-        if contract_access is not None:
-            # Only when stated: documents published before the contract line keep their digest.
-            document["contract_access"] = contract_access
-        return document
+        return {"clock": clock, "mode": mode, "rollout": {"percent": percent, "cohort": rollout_cohort}}
 
     def contract_access(self) -> dict[str, str] | None:
         """Contract state → the most access it allows; states left out keep their default."""
