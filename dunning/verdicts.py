@@ -22,7 +22,7 @@ from a loaded review with ``dataclasses.replace``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -296,101 +296,138 @@ def _cycle_blockers(review: SubscriptionReview, c: CycleReview) -> list[Blocker]
     name = _name(c)
     if state not in KNOWN_STATES:
         return [Blocker(HOLD_UNKNOWN_CYCLE_STATE, f"{name} is in an unknown state {state!r}", cid)]
-    now = review.now if _is_datetime(review.now) else None
     own = c.policy if isinstance(c.policy, PolicyFacts) else None
-    policy = own or (review.policy if isinstance(review.policy, PolicyFacts) else None)
-    out: list[Blocker] = []
+    judged = _Judged(
+        review=review, c=c, state=state, now=review.now if _is_datetime(review.now) else None, own=own,
+        policy=own or (review.policy if isinstance(review.policy, PolicyFacts) else None),
+    )
+    return [Blocker(code, f"{name} {detail}", cid) for check in _CYCLE_CHECKS for code, detail in check(judged)]
 
-    def hold(code: str, detail: str) -> None:
-        out.append(Blocker(code, f"{name} {detail}", cid))
 
-    # Explainability: which policy version, which accepted transition.
+@dataclass(frozen=True)
+class _Judged:
+    """One readable, non-CURRENT cycle under review, with what its checks share."""
+
+    review: SubscriptionReview
+    c: CycleReview
+    state: str
+    now: datetime | None  # the trusted time, when the input has a readable one
+    own: PolicyFacts | None  # the cycle's own policy
+    policy: PolicyFacts | None  # its own, else the subscription's
+
+    @property
+    def open_cycle(self) -> bool:
+        return self.state in DELINQUENT_STATES
+
+
+_Holds = Iterator[tuple[str, str]]  # (blocker code, detail after the cycle's name)
+
+
+def _explainability(j: _Judged) -> _Holds:
+    """Which policy version, which accepted transition."""
+    c, own, state = j.c, j.own, j.state
     if own is None:
-        hold(HOLD_MISSING_POLICY_VERSION, "records no policy version")
+        yield HOLD_MISSING_POLICY_VERSION, "records no policy version"
     elif own.version is None:
-        hold(HOLD_MISSING_POLICY_VERSION, f"records a policy without a name@version identity ({own.identity!r})")
+        yield HOLD_MISSING_POLICY_VERSION, f"records a policy without a name@version identity ({own.identity!r})"
     elif c.invoice_prices and not own.is_default and not set(c.invoice_prices) & set(own.prices or ()):
-        hold(HOLD_POLICY_NOT_TRANSFERRED,
-             f"bills {', '.join(c.invoice_prices)} but runs under {own.identity}, which applies to "
-             f"{', '.join(map(str, own.prices or ())) or 'no price'}: the invoice's own price must pick its policy")
+        yield (HOLD_POLICY_NOT_TRANSFERRED,
+               f"bills {', '.join(c.invoice_prices)} but runs under {own.identity}, which applies to "
+               f"{', '.join(map(str, own.prices or ())) or 'no price'}: the invoice's own price must pick its policy")
     if c.audit_ref is None:
-        hold(HOLD_MISSING_AUDIT_REF, f"is {state} but no accepted transition receipt explains how it got there")
+        yield HOLD_MISSING_AUDIT_REF, f"is {state} but no accepted transition receipt explains how it got there"
     if state == EVIDENCE_CONFLICT:
-        hold(HOLD_EVIDENCE_CONFLICT, "holds contradicting evidence; a support decision must resolve it first")
+        yield HOLD_EVIDENCE_CONFLICT, "holds contradicting evidence; a support decision must resolve it first"
 
+
+def _retry_eligibility(j: _Judged) -> _Holds:
+    c, state = j.c, j.state
     retry_pending = c.next_attempt_at is not None or state == RETRY_SCHEDULED
     no_retry = c.failure_class in NO_RETRY_CLASSES
-    open_cycle = state in DELINQUENT_STATES
-
-    # Retry eligibility.
     if retry_pending and (no_retry or c.customer_action_required is True):
         why = f"failure class {c.failure_class}" if no_retry else "customer action required"
         when = f" for {_when(c.next_attempt_at)}" if c.next_attempt_at is not None else ""
-        hold(HOLD_NONRETRYABLE_RETRY_CONFLICT,
-             f"has {why} yet a retry is still scheduled{when} (state {state}); a non-retryable failure turns "
-             "retries off and needs a new payment method from the customer")
-    elif no_retry and open_cycle and c.customer_action_required is not True:
-        hold(HOLD_CUSTOMER_ACTION_NOT_REQUIRED,
-             f"has failure class {c.failure_class} but does not ask the customer to act")
+        yield (HOLD_NONRETRYABLE_RETRY_CONFLICT,
+               f"has {why} yet a retry is still scheduled{when} (state {state}); a non-retryable failure turns "
+               "retries off and needs a new payment method from the customer")
+    elif no_retry and j.open_cycle and c.customer_action_required is not True:
+        yield (HOLD_CUSTOMER_ACTION_NOT_REQUIRED,
+               f"has failure class {c.failure_class} but does not ask the customer to act")
 
-    # Attempt budget.
-    if policy is not None:
-        budget = policy.max_attempts
-        made = c.attempts_made
-        bounded = isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1
-        known = isinstance(made, int) and not isinstance(made, bool) and made >= 0
-        if not bounded:
-            hold(HOLD_ATTEMPTS_OVER_BUDGET, f"runs under {policy.identity}, which sets no bounded attempt budget "
-                                            f"(maxAttempts {budget!r})")
-        elif not known:
-            hold(HOLD_ATTEMPTS_OVER_BUDGET, f"has an unknown number of attempts ({made!r}) against a budget of "
-                                            f"{budget}")
-        elif made > budget:
-            hold(HOLD_ATTEMPTS_OVER_BUDGET, f"made {made} attempts, over the budget of {budget} in {policy.identity}")
-        elif state == RETRY_SCHEDULED and made >= budget:
-            hold(HOLD_ATTEMPTS_OVER_BUDGET, f"has another retry scheduled after all {budget} attempts of "
-                                            f"{policy.identity} were used")
 
-    # Grace boundary.
+def _attempt_budget(j: _Judged) -> _Holds:
+    policy = j.policy
+    if policy is None:
+        return
+    budget = policy.max_attempts
+    made = j.c.attempts_made
+    bounded = isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1
+    known = isinstance(made, int) and not isinstance(made, bool) and made >= 0
+    if not bounded:
+        yield HOLD_ATTEMPTS_OVER_BUDGET, (f"runs under {policy.identity}, which sets no bounded attempt budget "
+                                          f"(maxAttempts {budget!r})")
+    elif not known:
+        yield HOLD_ATTEMPTS_OVER_BUDGET, f"has an unknown number of attempts ({made!r}) against a budget of {budget}"
+    elif made > budget:
+        yield HOLD_ATTEMPTS_OVER_BUDGET, f"made {made} attempts, over the budget of {budget} in {policy.identity}"
+    elif j.state == RETRY_SCHEDULED and made >= budget:
+        yield HOLD_ATTEMPTS_OVER_BUDGET, (f"has another retry scheduled after all {budget} attempts of "
+                                          f"{policy.identity} were used")
+
+
+def _grace_boundary(j: _Judged) -> _Holds:
+    c, own, policy, state = j.c, j.own, j.policy, j.state
     in_grace_path = state in GRACE_STARTED_STATES
     if policy is not None and in_grace_path and policy.has_grace is True and c.grace_expires_at is None:
-        hold(HOLD_GRACE_WITHOUT_EXPIRY, f"is in grace ({state}) without a grace expiry although "
-                                        f"{policy.identity} grants grace")
+        yield HOLD_GRACE_WITHOUT_EXPIRY, (f"is in grace ({state}) without a grace expiry although "
+                                          f"{policy.identity} grants grace")
     if own is not None and c.grace_started_at is not None and c.grace_expires_at is not None:
         window = c.grace_expires_at - c.grace_started_at
         expected = own.grace_duration if own.has_grace is True else timedelta(0)
         if not isinstance(expected, timedelta) or window != expected:
             allowed = f"a grace of {_span(expected)}" if own.has_grace is True else "no grace (a zero-length window)"
-            hold(HOLD_POLICY_NOT_TRANSFERRED,
-                 f"has a grace window of {_span(window)} but its own policy {own.identity} allows {allowed}; "
-                 "the window was copied from another policy instead of computed from this one")
+            yield (HOLD_POLICY_NOT_TRANSFERRED,
+                   f"has a grace window of {_span(window)} but its own policy {own.identity} allows {allowed}; "
+                   "the window was copied from another policy instead of computed from this one")
 
-    # Entitlement after grace.
+
+def _entitlement_after_grace(j: _Judged) -> _Holds:
+    c, state, now, review = j.c, j.state, j.now, j.review
     # A SHADOW / NOTIFY_ONLY policy (or a subscription outside the rollout) keeps access by design.
-    still_full = review.entitlement_profile == FULL and open_cycle and review.enforces_access is not False
+    still_full = review.entitlement_profile == FULL and j.open_cycle and review.enforces_access is not False
     if still_full and _grace_is_over(c, state, now) and not _exception_covers(c, state, now):
-        hold(HOLD_GRACE_EXPIRED_ENTITLEMENT_NOT_RECOMPUTED,
-             f"is past its grace (expiry {_when(c.grace_expires_at)}, state {state}) while the subscription "
-             "still holds FULL access and no complete, unexpired exception covers it; the entitlement must be "
-             "recomputed")
+        yield (HOLD_GRACE_EXPIRED_ENTITLEMENT_NOT_RECOMPUTED,
+               f"is past its grace (expiry {_when(c.grace_expires_at)}, state {state}) while the subscription "
+               "still holds FULL access and no complete, unexpired exception covers it; the entitlement must be "
+               "recomputed")
 
-    # Manual override authority.
-    if state == EXCEPTION_ACTIVE:
-        missing = [label for label, value in (("owner", c.exception_owner), ("ticket reference", c.exception_ticket),
-                                              ("reason", c.exception_reason)) if not _text(value)]
-        if c.exception_expires_at is None:
-            missing.append("expiry")
-        if missing:
-            hold(HOLD_OVERRIDE_INCOMPLETE, f"has an active exception without {_join(missing)}; an override needs an "
-                                           "owner, a ticket reference, a reason and an expiry to carry authority")
 
-    # Dunning after recovery.
-    if state in SETTLED_STATES:
-        late = sorted({n.template for n in _notices(c) if is_dunning_template(n.template) and _after_settle(c, n)})
-        if late:
-            hold(HOLD_DUNNING_AFTER_RECOVERY,
-                 f"settled ({state}) at {_when(c.settled_at)}, yet dunning was requested afterwards: {', '.join(late)}")
-    return out
+def _override_authority(j: _Judged) -> _Holds:
+    c = j.c
+    if j.state != EXCEPTION_ACTIVE:
+        return
+    missing = [label for label, value in (("owner", c.exception_owner), ("ticket reference", c.exception_ticket),
+                                          ("reason", c.exception_reason)) if not _text(value)]
+    if c.exception_expires_at is None:
+        missing.append("expiry")
+    if missing:
+        yield HOLD_OVERRIDE_INCOMPLETE, (f"has an active exception without {_join(missing)}; an override needs an "
+                                         "owner, a ticket reference, a reason and an expiry to carry authority")
+
+
+def _dunning_after_recovery(j: _Judged) -> _Holds:
+    c, state = j.c, j.state
+    if state not in SETTLED_STATES:
+        return
+    late = sorted({n.template for n in _notices(c) if is_dunning_template(n.template) and _after_settle(c, n)})
+    if late:
+        yield (HOLD_DUNNING_AFTER_RECOVERY,
+               f"settled ({state}) at {_when(c.settled_at)}, yet dunning was requested afterwards: {', '.join(late)}")
+
+
+# In the order the checks were written; blockers are sorted by `_ordered` in any case.
+_CYCLE_CHECKS = (_explainability, _retry_eligibility, _attempt_budget, _grace_boundary, _entitlement_after_grace,
+                 _override_authority, _dunning_after_recovery)
 
 
 def _grace_is_over(c: CycleReview, state: str, now: datetime | None) -> bool:
