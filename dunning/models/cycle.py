@@ -19,6 +19,7 @@ from dunning.states import (
     EXCEPTION_SOURCE_STATES,
     GRACE_DEADLINE_STATES,
     OPEN_STATES,
+    SETTLED_STATES,
     AttemptState,
     CycleState,
     FailureClass,
@@ -211,7 +212,7 @@ class DunningCycle(GenerationFenceMixin, ConcurrentTransitionMixin, models.Model
     @transition(field=state, source=S.EVIDENCE_CONFLICT,
                 target=RETURN_VALUE(*sorted(CONFLICT_RESOLUTIONS)), conditions=ONLY_IN_ACCEPTANCE)
     def resolve_conflict(self, *, resolution: str, now: datetime) -> str:
-        if resolution in (S.RECOVERED, S.CLOSED_VOID):
+        if resolution in SETTLED_STATES:
             self._settle(now)
         elif resolution == S.RESTRICTED and self.restricted_at is None:
             self.restricted_at = now
