@@ -21,9 +21,9 @@ def run(database_url: str, cycle_pks: list[int], ready: Any, start: Any, seconds
     import django
 
     django.setup()
+    from dunning.acceptance.inputs import Cause, Expect
+    from dunning.acceptance.transitions import cycle_accept_transition
     from dunning.models import DunningCycle
-    from dunning.services.acceptance import cycle_accept_transition
-    from dunning.services.results import Cause, Expect
 
     cause = Cause.system("bench-acceptance")
     expects = {}

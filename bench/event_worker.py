@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from pyinstrument import Profiler
 
+    from dunning.evidence.processing import event_process
     from dunning.models import ProviderEvent
     from dunning.models.evidence import EventOutcome
-    from dunning.services.event_processing import event_process
 
     pending = list(ProviderEvent.objects.filter(outcome=EventOutcome.PENDING).order_by("pk")
                    .values_list("pk", flat=True))

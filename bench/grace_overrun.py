@@ -166,9 +166,9 @@ class Run:
         from django.test import Client, override_settings
 
         from config.celery import app as celery_app
-        from dunning.simulation.transport import client_factory
-        from subscriptions.simulator import StripeSimulator
-        from subscriptions.simulator.api import StripeApi
+        from tests.verification.fake_stripe import StripeSimulator
+        from tests.verification.fake_stripe.api import StripeApi
+        from tests.verification.simulation.transport import client_factory
 
         with contextlib.ExitStack() as stack:
             self.clock = stack.enter_context(time_machine.travel(EPOCH, tick=False))
@@ -192,7 +192,7 @@ class Run:
             yield
 
     def setup(self) -> None:
-        from dunning.services.policies import policy_publish
+        from dunning.policy.publishing import policy_publish
 
         policy_publish(text=POLICY)
         n = self.args.subscriptions
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--tree {tree}: no dunning/ package there")
         sys.path.insert(0, str(tree))
         os.chdir(tree)  # Celery puts the working directory first on sys.path when the app loads
-        for name in [m for m in sys.modules if m.split(".")[0] in ("config", "dunning", "subscriptions",
+        for name in [m for m in sys.modules if m.split(".")[0] in ("config", "dunning", "subscriptions", "tests",
                                                                      "entitlements")]:
             del sys.modules[name]
     url = os.environ.get("DATABASE_URL", "")

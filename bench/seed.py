@@ -30,9 +30,9 @@ BATCH = 2000
 
 
 def publish_shipped_policies() -> None:
-    from dunning.services.policies import policy_publish
+    from dunning.policy.publishing import policy_publish
 
-    for path in sorted((Path(__file__).resolve().parent.parent / "dunning" / "policies").glob("*.yaml")):
+    for path in sorted((Path(__file__).resolve().parent.parent / "dunning" / "policy" / "shipped").glob("*.yaml")):
         policy_publish(text=path.read_text())
 
 
@@ -65,11 +65,11 @@ def seed_grace_cycles(rows: list[dict[str, Any]], *, failed_at: datetime,
     `rows` come from the simulator (customer, subscription, invoice ids). Returns
     {"subscription_pks": [...], "cycle_pks": [...]} in the order of `rows`.
     """
+    from dunning.acceptance.inputs import Cause, Evidence, Expect
+    from dunning.acceptance.opening import InvoiceFacts, cycle_open_for_invoice, subscription_register
+    from dunning.acceptance.transitions import cycle_accept_transition
+    from dunning.evidence.next_edge import invoice_facts, invoice_update
     from dunning.models import DunningCycle, MonetaryFact
-    from dunning.services.acceptance import cycle_accept_transition
-    from dunning.services.opening import InvoiceFacts, cycle_open_for_invoice, subscription_register
-    from dunning.services.reconcile import invoice_facts, invoice_update
-    from dunning.services.results import Cause, Evidence, Expect
     from dunning.states import CycleState
     from entitlements.models import EntitlementSnapshot
     from subscriptions.models import Customer, Invoice, Subscription
@@ -105,7 +105,7 @@ def seed_grace_cycles(rows: list[dict[str, Any]], *, failed_at: datetime,
     proto_snapshots = list(EntitlementSnapshot.objects.filter(subscription=proto_sub).order_by("generation"))
     assert proto_cycle.state == CycleState.GRACE_ACTIVE, proto_cycle.state
     if _root(proto_cycle.cycle_id, proto_cycle.generation) != proto_sub.outstanding_cycle_root:
-        raise RuntimeError("the bench's root formula no longer matches dunning.aggregate.outstanding_root")
+        raise RuntimeError("the bench's root formula no longer matches dunning.acceptance.aggregate.outstanding_root")
 
     sub_pks, cycle_pks = [proto_sub.pk], [proto_cycle.pk]
     rest = rows[1:]

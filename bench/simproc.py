@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from bench.common import HARD_DECLINE as DECLINE
-from subscriptions.simulator import StripeSimulator
+from tests.verification.fake_stripe import StripeSimulator
 
 
 def seed(sim: StripeSimulator, count: int, *, price: str, amount: int) -> list[dict[str, Any]]:

@@ -44,6 +44,12 @@ INSTALLED_APPS = [
     "entitlements",
 ]
 
+# The verification package (tests/verification/: the Stripe-compatible simulator, the seeded
+# simulation, the demo data set and their `simulate` / `load_demo` commands) lives with the tests.
+# A checkout has it and installs it; an installed product (pyproject's packages) does not.
+if (BASE_DIR / "tests" / "verification" / "apps.py").is_file():
+    INSTALLED_APPS.append("tests.verification")
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -148,8 +154,8 @@ DUNNING_RECONCILIATION_EVENT_PREFIXES = ("invoice.", "payment_intent.", "charge.
 DUNNING_INBOX_ORPHAN_SECONDS = int(os.environ.get("DUNNING_INBOX_ORPHAN_SECONDS", "5"))
 # A request whose URL or session cookie carries a NUL gets a 400 before any view queries
 # PostgreSQL, which cannot hold NUL in text; an admin id no primary key can hold gets a 404
-# (dunning/input_guards.py).
-MIDDLEWARE = [*MIDDLEWARE, "dunning.input_guards.HostileInputGuard"]
+# (dunning/web/input_guards.py).
+MIDDLEWARE = [*MIDDLEWARE, "dunning.web.input_guards.HostileInputGuard"]
 
 LOGGING = {
     "version": 1,

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from dunning.views_webhooks import stripe_webhook
+from dunning.web.webhooks import stripe_webhook
 
 admin.site.site_header = "Dunning & entitlement grace — support console"
 admin.site.site_title = "Dunning support"

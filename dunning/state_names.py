@@ -1,6 +1,6 @@
 """The cycle states of SPEC §5 as plain strings: the one list of their names.
 
-Django-free on purpose, so the pure review evaluator (:mod:`dunning.verdicts`) can read it;
+Django-free on purpose, so the pure review evaluator (:mod:`dunning.reads.verdicts`) can read it;
 :mod:`dunning.states` builds the model's ``CycleState`` choices and its state sets from it.
 """
 

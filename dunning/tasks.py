@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from dunning.evidence.processing import EventNotFinished, event_process
 from dunning.jobs.framework import claim
-from dunning.services.event_processing import EventNotFinished, event_process
 
 # A task that finds its event claimed by another process (the inbox sweep, or a redelivered copy
 # of itself) asks again after this long; by then the event is usually done and the task returns.

@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from dunning.admin_base import ViewOnlyAdmin
+from dunning.admin.base import ViewOnlyAdmin
 from entitlements.api.tokens import service_token_revoke
 from entitlements.models import (
     EntitlementDelivery,

@@ -1,6 +1,6 @@
 """Signed pushes of `entitlement.changed` to subscriber URLs, with per-subscriber retries.
 
-The outbox relay hands each `entitlement.changed` message to `dunning.consumers.entitlement_changed`,
+The outbox relay hands each `entitlement.changed` message to `dunning.actions.entitlement_changed.entitlement_changed`,
 which creates one `EntitlementDelivery` per (message, active subscriber in the cohort) and tries
 each once. A failed delivery is retried by the `entitlement_push` job with exponential back-off
 (30 s, 60 s, 120 s … capped at 1 h; gives up after ENTITLEMENT_PUSH_MAX_ATTEMPTS), on its own:

@@ -3,7 +3,7 @@ from datetime import UTC, datetime
 import pytest
 
 from config.celery import app as celery_app
-from tests.builders import make_policy
+from tests.support.builders import make_policy
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +19,7 @@ def celery_in_process():
 @pytest.fixture(autouse=True)
 def application_clock(settings):
     """Tests move the application's time with time-machine, which cannot move PostgreSQL's clock,
-    so every policy reads the application clock here; tests/test_trusted_clock.py checks the
+    so every policy reads the application clock here; tests/acceptance/test_trusted_clock.py checks the
     DATABASE clock itself with this override removed."""
     settings.DUNNING_CLOCK_OVERRIDE = "APPLICATION"
 
@@ -48,12 +48,12 @@ SHIPPED_POLICIES = ("standard-monthly", "annual-no-grace", "local-retry-monthly"
 def shipped_policies(db):
     from pathlib import Path
 
-    from dunning.services.policies import policy_publish
+    from dunning.policy.publishing import policy_publish
 
     # Published well before any clock a test moves to, so a test's own newer release stays the
     # newest whatever today's date is (the selection orders by published_at).
     shipped_at = datetime(2026, 1, 1, tzinfo=UTC)
-    return {name: policy_publish(text=(Path("dunning/policies") / f"{name}.yaml").read_text(), now=shipped_at)[0]
+    return {name: policy_publish(text=(Path("dunning/policy/shipped") / f"{name}.yaml").read_text(), now=shipped_at)[0]
             for name in SHIPPED_POLICIES}
 
 
@@ -67,7 +67,7 @@ def sim(settings, shipped_policies, client, django_capture_on_commit_callbacks, 
     """The Stripe-compatible simulator on loopback; the app's adapter talks to it with the real SDK,
     and its webhooks are posted to the app's webhook view, processed in process. Parametrize
     `api_shape` with "legacy" to run a test with both sides pinned before 2025-03-31."""
-    from subscriptions.simulator import StripeSimulator
+    from tests.verification.fake_stripe import StripeSimulator
 
     version = "2024-06-20" if api_shape == "legacy" else "2026-10-28.endive"
 

@@ -1,7 +1,7 @@
 from django.core.management import call_command
 
+from dunning.acceptance.settlement import compute_aggregate
 from dunning.models import DunningCycle, ProviderReceipt, TransitionReceipt
-from dunning.services.recompute import compute_aggregate
 from subscriptions.models import Subscription
 
 

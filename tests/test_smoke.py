@@ -1,4 +1,4 @@
-from tests.builders import accept, fail_first_payment, make_subscription, open_cycle, paid_evidence, reload
+from tests.support.builders import accept, fail_first_payment, make_subscription, open_cycle, paid_evidence, reload
 
 
 def test_failure_grace_and_recovery_issue_generations(policy):

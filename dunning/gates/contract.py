@@ -6,11 +6,11 @@ from datetime import datetime, timedelta
 
 from django.db.models import F, Q
 
-from dunning.contract import ContractView, contract_phase, is_ended
+from dunning.acceptance.contract import ContractView, contract_phase, is_ended
 from dunning.jobs.schedule import JOB_CADENCE
 from dunning.models import DunningCycle
-from dunning.policy_vocabulary import ENDED_CONTRACT_STATES
-from dunning.rollout import enforces_access
+from dunning.policy.rollout import enforces_access
+from dunning.policy.vocabulary import ENDED_CONTRACT_STATES
 from dunning.states import GRACE_DEADLINE_STATES, PENDING_ATTEMPT_STATES
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import FULL

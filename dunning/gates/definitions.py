@@ -29,8 +29,8 @@ GATE_DEFINITIONS: dict[str, str] = {
     ),
     "root_consistency": (
         "Root recomputation consistency = subscriptions whose stored outstanding_cycle_root equals the root "
-        "recomputed from their delinquent cycles (dunning.aggregate.outstanding_root; every mismatch is "
-        "confirmed with dunning.services.recompute.compute_aggregate) ÷ all subscriptions; must be 100 %."
+        "recomputed from their delinquent cycles (dunning.acceptance.aggregate.outstanding_root; every mismatch is "
+        "confirmed with dunning.acceptance.settlement.compute_aggregate) ÷ all subscriptions; must be 100 %."
     ),
     "duplicate_charges": (
         "Duplicate charges = invoices with more than one distinct non-empty provider_ref among their "

@@ -7,10 +7,10 @@ from typing import Any
 
 from django.db.models import Count, OuterRef, Q, Subquery
 
-from dunning.aggregate import CycleView, aggregate_decision, is_blocking, outstanding_root
+from dunning.acceptance.aggregate import CycleView, aggregate_decision, is_blocking, outstanding_root
+from dunning.acceptance.settlement import compute_aggregate
 from dunning.models import DunningCycle, EventOutcome, ProviderEvent
-from dunning.rollout import enforces_access
-from dunning.services.recompute import compute_aggregate
+from dunning.policy.rollout import enforces_access
 from dunning.states import DELINQUENT_STATES
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import FULL
@@ -46,7 +46,7 @@ _CYCLE_VIEW_FIELDS = ("subscription_id", "cycle_id", "generation", "state", "inv
 
 
 def _view(row: dict[str, Any], specs: _PolicySpecs) -> CycleView:
-    """Same inputs as dunning.services.recompute.cycle_view, read as plain values."""
+    """Same inputs as dunning.acceptance.settlement.cycle_view, read as plain values."""
     return CycleView(
         cycle_id=str(row["cycle_id"]), generation=row["generation"], state=row["state"],
         invoice_status=row["invoice__status"], dispute_reopened=row["dispute_reopened"],

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.db.models import Exists, Max, OuterRef, Q
 
-from dunning.aggregate import EMPTY_ROOT, CycleView, aggregate_decision, outstanding_root
+from dunning.acceptance.aggregate import EMPTY_ROOT, CycleView, aggregate_decision, outstanding_root
+from dunning.acceptance.guards import UNPAID_STATUSES, fresh_receipt_max_age
+from dunning.actions.alerts import duplicate_charge_invoices
 from dunning.models import CauseKind, DunningCycle, FactKind, MonetaryFact, PaymentAttempt, TransitionReceipt
-from dunning.services.alerts import duplicate_charge_invoices
-from dunning.services.guards import UNPAID_STATUSES, fresh_receipt_max_age
 from dunning.states import DELINQUENT_STATES, AttemptState
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import FULL

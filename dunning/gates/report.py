@@ -9,8 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from dunning.models import DunningPolicy
-from dunning.policy_cache import policy_spec
-from dunning.policy_document import PolicyDocument
+from dunning.policy.cache import policy_spec
+from dunning.policy.document import PolicyDocument
 
 from .definitions import BATCH, DETAIL_LIMIT, GATE_DEFINITIONS
 

@@ -9,7 +9,8 @@ from datetime import datetime
 from django.db.models import Exists, Min, OuterRef, Q, Subquery
 from django.db.models.fields.json import KT
 
-from dunning.aggregate import EMPTY_ROOT
+from dunning.acceptance.aggregate import EMPTY_ROOT
+from dunning.acceptance.edges import local_idempotency_key
 from dunning.models import (
     PAID_EVENT_TYPES,
     AttemptOrigin,
@@ -20,8 +21,7 @@ from dunning.models import (
     ProviderEvent,
     TransitionReceipt,
 )
-from dunning.rollout import enforces_access
-from dunning.services.edges import local_idempotency_key
+from dunning.policy.rollout import enforces_access
 from dunning.states import AttemptState, CycleState
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import FULL
@@ -131,7 +131,7 @@ def _owned_in_time(start: datetime, now: datetime, owned_at: datetime | None, le
 
 
 def _slot_pattern() -> re.Pattern[str]:
-    """The deterministic local key (dunning.services.edges.local_idempotency_key) as a pattern."""
+    """The deterministic local key (dunning.acceptance.edges.local_idempotency_key) as a pattern."""
     cycle_marker, number_marker = "CYCLEMARKER", 987654321
     template = re.escape(local_idempotency_key(cycle_marker, number_marker))
     template = template.replace(cycle_marker, "(?P<cycle>.+)").replace(str(number_marker), r"(?P<n>\d+)")

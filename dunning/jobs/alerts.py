@@ -41,6 +41,9 @@ from typing import Any
 from django.db.models import Count, F, Min, Q, QuerySet
 from django.db.models.fields.json import KT
 
+from dunning.acceptance.settlement import compute_aggregate
+from dunning.actions.alerts import EPISODE_SEPARATOR, alert_raise, alert_resolve, duplicate_charge_invoices
+from dunning.actions.local_retry import KEY_RESEND_WINDOW
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, job_setting, scheduled_job
 from dunning.models import (
     PAID_EVENT_TYPES,
@@ -54,11 +57,8 @@ from dunning.models import (
     PaymentAttempt,
     ProviderEvent,
 )
-from dunning.policy_cache import policy_spec
-from dunning.rollout import enforces_access
-from dunning.services.alerts import EPISODE_SEPARATOR, alert_raise, alert_resolve, duplicate_charge_invoices
-from dunning.services.local_retry import KEY_RESEND_WINDOW
-from dunning.services.recompute import compute_aggregate
+from dunning.policy.cache import policy_spec
+from dunning.policy.rollout import enforces_access
 from dunning.states import SETTLED_STATES, AttemptState, CycleState
 from entitlements.profiles import FULL
 from subscriptions.models import Invoice, Subscription

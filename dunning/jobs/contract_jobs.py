@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from django.db.models import Q
 
+from dunning.acceptance.inputs import Cause
+from dunning.acceptance.subscription import subscription_accept_change
+from dunning.evidence.subscription_import import ContractRefused, subscription_import
 from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
-from dunning.policy_vocabulary import ENDED_CONTRACT_STATES
-from dunning.services.results import Cause
-from dunning.services.subscription_acceptance import subscription_accept_change
-from dunning.services.subscription_import import ContractRefused, subscription_import
+from dunning.policy.vocabulary import ENDED_CONTRACT_STATES
 from subscriptions.models import Subscription
 from subscriptions.providers.base import ProviderError
 from subscriptions.providers.registry import get_provider

@@ -15,19 +15,19 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Q
 
+from dunning.acceptance.guards import active_incident, attempts_made
+from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
+from dunning.acceptance.transitions import cycle_accept_transition
+from dunning.actions.local_retry import retry_dispatch, retry_resolve
+from dunning.actions.retry_now import customer_payment_resolve
+from dunning.actions.unknown_owner import unknown_owner_pick
 from dunning.clock import trusted_now
+from dunning.evidence.fresh_fetch import invoice_fetch_fresh, receipt_evidence
+from dunning.evidence.next_edge import reconcile_and_read
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, due_in_order, scheduled_job
 from dunning.models import DunningCycle, DunningPolicy
-from dunning.policy_cache import policy_spec
-from dunning.services.acceptance import cycle_accept_transition
-from dunning.services.cycle_reads import cycle_read
-from dunning.services.fresh import invoice_fetch_fresh, receipt_evidence
-from dunning.services.guards import active_incident, attempts_made
-from dunning.services.local_retry import retry_dispatch, retry_resolve
-from dunning.services.ownership import unknown_owner_pick
-from dunning.services.reconcile import reconcile_and_read
-from dunning.services.results import Cause, Evidence, Expect, TransitionResult
-from dunning.services.retry_now import customer_payment_resolve
+from dunning.policy.cache import policy_spec
+from dunning.reads.cycles import cycle_read
 from dunning.states import GRACE_DEADLINE_STATES, NO_RETRY_CLASSES, AttemptState, CycleState
 from subscriptions.providers.base import ProviderError
 
@@ -215,7 +215,7 @@ def _assign_owner(run: JobReport, cycle: DunningCycle) -> None:
     if owner is None:
         run.errors += 1
         run.note(f"cycle {cycle.cycle_id}: no billing staff to own this unknown payment")
-        from dunning.services.alerts import alert_raise
+        from dunning.actions.alerts import alert_raise
 
         alert_raise(kind="UNKNOWN_UNOWNED", dedupe_key=f"unknown-unowned:{cycle.cycle_id}",
                     detail=f"unknown payment on invoice {cycle.invoice.provider_invoice_id} has no owner: "

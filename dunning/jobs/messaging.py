@@ -14,12 +14,12 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Max, Q
 
+from dunning.actions.notifications import notification_deliver
+from dunning.actions.provider_cancel import provider_cancel_deliver
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, due_in_order, scheduled_job, worker_name
 from dunning.models import ENTITLEMENT_CHANGED_TOPIC, DunningCycle, DunningPolicy, OutboxMessage
-from dunning.policy_cache import policy_spec
-from dunning.rollout import sends_notifications
-from dunning.services.notifications import notification_deliver
-from dunning.services.provider_cancel import provider_cancel_deliver
+from dunning.policy.cache import policy_spec
+from dunning.policy.rollout import sends_notifications
 from dunning.states import GRACE_PROFILE_STATES
 
 LEASE = timedelta(seconds=60)
@@ -30,7 +30,7 @@ MAX_PER_RUN = 10_000
 def _entitlement_changed(message: OutboxMessage, *, now: datetime) -> None:
     """Pushes to subscriber URLs are configured in the API layer; without subscribers the
     snapshot table is the record runtime services read."""
-    from dunning import consumers
+    from dunning.actions import entitlement_changed as consumers
 
     consumers.entitlement_changed(message, now=now)
 

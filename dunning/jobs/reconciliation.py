@@ -52,8 +52,11 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
-from dunning.aggregate import EMPTY_ROOT
+from dunning.acceptance.aggregate import EMPTY_ROOT
+from dunning.acceptance.settlement import compute_aggregate
+from dunning.actions.alerts import alert_raise
 from dunning.clock import trusted_now
+from dunning.evidence.receipts import receipt_record
 from dunning.jobs.framework import JobReport, claim, job_setting, scheduled_job
 from dunning.models import (
     AlertKind,
@@ -65,11 +68,8 @@ from dunning.models import (
     ProviderReceipt,
     ReconciliationReport,
 )
-from dunning.policy_cache import policy_spec
-from dunning.rollout import enforces_access
-from dunning.services.alerts import alert_raise
-from dunning.services.receipts import receipt_record
-from dunning.services.recompute import compute_aggregate
+from dunning.policy.cache import policy_spec
+from dunning.policy.rollout import enforces_access
 from dunning.states import DELINQUENT_STATES, OPEN_STATES, SETTLED_STATES, CycleState
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import FULL

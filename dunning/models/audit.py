@@ -60,7 +60,7 @@ class TransitionReceipt(AppendOnlyModel):
         return f"{self.edge} {self.from_state}→{self.to_state or '—'} {verdict}"
 
 
-# The outbox topic of a new entitlement generation (consumed by dunning.consumers).
+# The outbox topic of a new entitlement generation (consumed by dunning.actions.entitlement_changed).
 ENTITLEMENT_CHANGED_TOPIC = "entitlement.changed"
 
 

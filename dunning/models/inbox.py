@@ -58,7 +58,7 @@ class ReprocessingStatus(models.TextChoices):
 
 class EventReprocessing(AppendOnlyModel):
     """One staff request to fetch a held (quarantined or unattributable) provider event's objects
-    again and process it once more (`dunning.services.event_requeue`).
+    again and process it once more (`dunning.evidence.reprocessing`).
 
     The row is written *before* processing, with what the event's outcome was, so the first
     verdict stays on record whatever happens next (the event row itself only holds its current

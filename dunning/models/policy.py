@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from dunning.append_only import AppendOnlyModel
-from dunning.policy_document import PolicyDocument, validate_policy
+from dunning.policy.document import PolicyDocument, validate_policy
 
 
 class DunningPolicy(AppendOnlyModel):

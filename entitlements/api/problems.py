@@ -1,4 +1,4 @@
-"""RFC 9457 problem documents for every API error, built by `dunning.problems` (stable type URIs
+"""RFC 9457 problem documents for every API error, built by `dunning.web.problems` (stable type URIs
 https://dunning.invalid/problems/<slug>) and answered as DRF responses."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from dunning.problems import PROBLEM_CONTENT_TYPE, problem_body
+from dunning.web.problems import PROBLEM_CONTENT_TYPE, problem_body
 
 log = logging.getLogger(__name__)
 

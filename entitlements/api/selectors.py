@@ -9,11 +9,11 @@ import uuid
 from django.http import Http404
 from rest_framework.request import Request
 
-from dunning.aggregate import is_blocking
-from dunning.input_guards import storable_text
+from dunning.acceptance.aggregate import is_blocking
+from dunning.acceptance.settlement import cycle_view
 from dunning.models import DunningCycle
-from dunning.services.recompute import cycle_view
 from dunning.states import DELINQUENT_STATES
+from dunning.web.input_guards import storable_text
 from entitlements.api.auth import restrict_subscriptions
 from entitlements.models import EntitlementSnapshot
 from subscriptions.models import Subscription

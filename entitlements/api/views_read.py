@@ -13,9 +13,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from dunning.actions.provider_cancel import cancellation_state
 from dunning.models import TransitionReceipt
-from dunning.services.provider_cancel import cancellation_state
-from dunning.services.review import subscription_verdict
+from dunning.reads.review import subscription_verdict
 from entitlements.api.auth import CanReadBilling, CanReadEntitlements
 from entitlements.api.problems import problem_responses
 from entitlements.api.selectors import (

@@ -20,16 +20,16 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
+from dunning.acceptance.inputs import Cause, TransitionResult
+from dunning.actions.alerts import AlertRefused, alert_acknowledge, alert_resolve_by_staff
+from dunning.actions.retry_now import cycle_retry_now
+from dunning.actions.support import cycle_grant_exception
 from dunning.clock import trusted_now
+from dunning.evidence.reprocessing import HELD_OUTCOMES, ReprocessOutcome, ReprocessRefused, event_reprocess
 from dunning.models import Alert, AlertKind, DunningPolicy, ProviderEvent
 from dunning.models.operations import AlertAction
-from dunning.policy_document import PolicyValidationError
-from dunning.services.alerts import AlertRefused, alert_acknowledge, alert_resolve_by_staff
-from dunning.services.event_requeue import HELD_OUTCOMES, ReprocessOutcome, ReprocessRefused, event_reprocess
-from dunning.services.policies import PolicyConflict, policy_publish
-from dunning.services.results import Cause, TransitionResult
-from dunning.services.retry_now import cycle_retry_now
-from dunning.services.support import cycle_grant_exception
+from dunning.policy.document import PolicyValidationError
+from dunning.policy.publishing import PolicyConflict, policy_publish
 from entitlements.api.auth import (
     CanGrantException,
     CanPublishPolicy,

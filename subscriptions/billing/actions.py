@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dunning.models import DunningCycle
-from dunning.policy_cache import policy_spec
-from dunning.services.retry_now import (
+from dunning.actions.retry_now import (
     REFUSAL_TEXT,
     customer_payment_unresolved,
     pay_now_blocker,
     retry_now_blocker,
 )
+from dunning.models import DunningCycle
+from dunning.policy.cache import policy_spec
 
 UNANSWERED = ("We sent your payment but have not had an answer from your bank yet. We will not charge you twice: "
               "check again in a few minutes, or press the button to ask now.")

@@ -10,10 +10,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from dunning.acceptance.inputs import Cause
+from dunning.actions.retry_now import REFUSAL_TEXT, cycle_pay_now, cycle_retry_now
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle
-from dunning.services.results import Cause
-from dunning.services.retry_now import REFUSAL_TEXT, cycle_pay_now, cycle_retry_now
 from subscriptions.billing.actions import invoice_action
 from subscriptions.billing.plan_names import interval_words, plan_label, product_name
 from subscriptions.billing.wording import access_text, limits, moment, money

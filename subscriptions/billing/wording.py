@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dunning.aggregate import is_blocking
+from dunning.acceptance.aggregate import is_blocking
+from dunning.acceptance.settlement import cycle_view
 from dunning.models import DunningCycle
-from dunning.policy_cache import policy_spec
-from dunning.services.recompute import cycle_view
+from dunning.policy.cache import policy_spec
 from dunning.states import GRACE_PROFILE_STATES, RESTRICTED_PROFILE_STATES, CycleState
 from entitlements.profiles import FULL, PROFILES, get_profile, most_restrictive
 from subscriptions.models import Subscription

@@ -9,7 +9,7 @@ from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from entitlements.api.tokens import service_token_create
-from tests.builders import fail_first_payment, local_policy, make_subscription, open_cycle
+from tests.support.builders import fail_first_payment, local_policy, make_subscription, open_cycle
 
 RELAXED_RATES = {"entitlement_read": "100000/min", "billing_read": "100000/min", "billing_write": "100000/min"}
 

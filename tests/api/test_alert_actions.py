@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 
+from dunning.actions.alerts import AlertRefused, alert_raise, alert_resolve
 from dunning.jobs.framework import job_run
 from dunning.models import Alert, AlertKind, FactKind, MonetaryFact
 from dunning.models.operations import AlertAction
-from dunning.services.alerts import AlertRefused, alert_raise, alert_resolve
 from dunning.states import CycleState
 from tests.api.conftest import session_client
-from tests.builders import accept, local_policy, make_subscription, open_cycle, paid_evidence, reload
-from tests.paths import Walker
+from tests.support.builders import accept, local_policy, make_subscription, open_cycle, paid_evidence, reload
+from tests.support.paths import Walker
 
 NOON = datetime(2030, 3, 10, 12, 0, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from entitlements.models import ServiceToken
 from tests.api.conftest import session_client
-from tests.builders import make_subscription, policy_document
+from tests.support.builders import make_subscription, policy_document
 
 ENTITLEMENT = "/api/v1/subscriptions/{}/entitlement"
 

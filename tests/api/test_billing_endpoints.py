@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from dunning.actions.retry_now import REFUSAL_TEXT
 from dunning.clock import trusted_now
 from dunning.models import DunningPolicy, TransitionReceipt
-from dunning.services.retry_now import REFUSAL_TEXT
-from tests.builders import accept, policy_document, reload
+from tests.support.builders import accept, policy_document, reload
 
 
 def test_subscription_shows_root_profile_generation_blocking_cycles_and_verdict(agent_client, grace_cycle):
@@ -115,7 +115,7 @@ def test_an_exception_refused_by_the_policy_is_a_422_with_the_refusal_code(agent
 
 
 def test_an_exception_on_a_cycle_in_the_wrong_state_is_a_409(agent_client, subscription):
-    from tests.builders import open_cycle
+    from tests.support.builders import open_cycle
 
     current = open_cycle(subscription)
     response = agent_client.post(f"/api/v1/cycles/{current.pk}/exception",
@@ -134,7 +134,7 @@ def test_retry_refused_is_a_409_in_plain_words(agent_client, grace_cycle):
 
 
 def test_retry_now_pays_through_the_local_retry_path(sim, agent_client):
-    from tests.scenarios import cycle_of, failed_renewal
+    from tests.support.scenarios import cycle_of, failed_renewal
 
     customer, invoice_id, cycle = failed_renewal(sim, price="price_monthly_local", decline="insufficient_funds")
     sim.set_card(customer, "ok")

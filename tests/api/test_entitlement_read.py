@@ -3,7 +3,7 @@ the generation and 304 while it holds."""
 
 from __future__ import annotations
 
-from tests.builders import restrict
+from tests.support.builders import restrict
 
 URL = "/api/v1/subscriptions/{}/entitlement"
 

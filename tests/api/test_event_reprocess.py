@@ -12,11 +12,11 @@ import pytest
 from django.db import connection, connections
 
 from dunning.clock import trusted_now
+from dunning.evidence import reprocessing as event_requeue
+from dunning.evidence.processing import event_process
+from dunning.evidence.reprocessing import ReprocessRefused, event_reprocess
 from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, ProviderEvent, ProviderReceipt
 from dunning.models.inbox import EventReprocessing, ReprocessingStatus
-from dunning.services import event_requeue
-from dunning.services.event_processing import event_process
-from dunning.services.event_requeue import ReprocessRefused, event_reprocess
 from subscriptions.models import Subscription
 
 URL = "/api/v1/events/{}/reprocess"

@@ -14,7 +14,7 @@ from dunning.clock import trusted_now
 from dunning.models import TransitionReceipt
 from entitlements.api import views_write
 from entitlements.models import IdempotencyRecord
-from tests.builders import fail_first_payment, make_policy, make_subscription, open_cycle
+from tests.support.builders import fail_first_payment, make_policy, make_subscription, open_cycle
 
 
 def _grant(client, cycle, key, *, reason="customer in hospital", days=3):

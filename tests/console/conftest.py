@@ -1,7 +1,7 @@
 """Actors and scenes of the support console and the customer billing pages.
 
 Named actors: `agent` (Support agents), `lead` (Billing leads), `customer_a` / `customer_b`
-(billing logins). Scenes are built only through the acceptance service (tests/builders.py).
+(billing logins). Scenes are built only through the acceptance service (tests/support/builders.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from dunning.models import DunningCycle
 from subscriptions.models import Subscription
 from subscriptions.providers.base import ProviderInvoice
-from tests.builders import accept, fail_first_payment, make_subscription, open_cycle, reload
+from tests.support.builders import accept, fail_first_payment, make_subscription, open_cycle, reload
 
 # Live-server tests drive the browser from the test's thread while Django's ORM runs sync code there.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -137,7 +137,7 @@ def provider_says(monkeypatch):
 
     def install(status: str) -> FakeProvider:
         fake = FakeProvider(status)
-        monkeypatch.setattr("dunning.services.fresh.get_provider", lambda name="stripe": fake)
+        monkeypatch.setattr("dunning.evidence.fresh_fetch.get_provider", lambda name="stripe": fake)
         return fake
 
     return install

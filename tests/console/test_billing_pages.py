@@ -8,12 +8,12 @@ from datetime import timedelta
 from django.test import Client
 from django.urls import reverse
 
+from dunning.actions.support import cycle_grant_exception
 from dunning.clock import trusted_now
-from dunning.services.support import cycle_grant_exception
 from dunning.states import CycleState
 from entitlements.profiles import PROFILES
-from tests.builders import reload
 from tests.console.conftest import PASSWORD
+from tests.support.builders import reload
 
 INTERNAL = [*CycleState.values, *PROFILES, "RETRY_AUTHORITY", "ATTEMPT_", "generation", "cycle"]
 

@@ -12,8 +12,8 @@ from django.urls import reverse
 
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, IncidentSwitch
-from tests.builders import reload
 from tests.console.conftest import PASSWORD, screenshot
+from tests.support.builders import reload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,11 +12,11 @@ import pytest
 from django.apps import apps
 from django.urls import reverse
 
+from dunning.actions.alerts import alert_raise
 from dunning.clock import trusted_now
 from dunning.models import Alert, AlertKind, DunningCycle, EventOutcome, ProviderEvent
 from dunning.models.inbox import EventReprocessing
 from dunning.models.operations import AlertAction
-from dunning.services.alerts import alert_raise
 from subscriptions.models import Subscription
 from tests.console.conftest import screenshot
 from tests.console.test_browser import admin_login

@@ -12,7 +12,7 @@ from django.urls import reverse
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, IncidentSwitch, ProviderReceipt, TransitionReceipt
 from subscriptions.models import Subscription
-from tests.builders import make_policy, make_subscription, open_cycle, reload, restrict
+from tests.support.builders import make_policy, make_subscription, open_cycle, reload, restrict
 
 AGENT_CAN = {"dunning.grant_exception", "dunning.own_unknown_payment", "subscriptions.view_subscription",
              "dunning.view_monetaryfact", "dunning.view_transitionreceipt"}

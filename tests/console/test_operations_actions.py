@@ -10,11 +10,11 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
+from dunning.actions.alerts import alert_raise
 from dunning.clock import trusted_now
 from dunning.models import Alert, AlertKind, DunningCycle, EventOutcome, ProviderEvent
 from dunning.models.inbox import EventReprocessing
 from dunning.models.operations import AlertAction
-from dunning.services.alerts import alert_raise
 from tests.console.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

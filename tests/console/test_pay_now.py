@@ -11,17 +11,17 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
+from dunning.acceptance.edges import local_idempotency_key
+from dunning.acceptance.inputs import Cause
+from dunning.actions.retry_now import cycle_pay_now, pay_now_blocker
 from dunning.jobs.framework import job_run
 from dunning.models import PaymentAttempt
 from dunning.models import TransitionReceipt as Receipt
-from dunning.services.edges import local_idempotency_key
-from dunning.services.results import Cause
-from dunning.services.retry_now import cycle_pay_now, pay_now_blocker
 from subscriptions.providers.registry import get_provider
-from tests.builders import accept
 from tests.console.conftest import PASSWORD, screenshot
 from tests.console.test_billing_pages import assert_plain
-from tests.scenarios import cycle_of, failed_renewal
+from tests.support.builders import accept
+from tests.support.scenarios import cycle_of, failed_renewal
 
 
 @pytest.fixture
@@ -237,7 +237,7 @@ def test_customer_emails_name_the_product_never_the_price_id(sim, mailoutbox):
 @pytest.fixture
 def live_sim(settings, shipped_policies, live_server):
     """The simulator posting its webhooks to the live server as they happen (as Stripe would)."""
-    from subscriptions.simulator import StripeSimulator
+    from tests.verification.fake_stripe import StripeSimulator
 
     simulator = StripeSimulator(account="acct_demo", webhook_secrets=["whsec_local"],
                                 sink=f"{live_server.url}/webhooks/stripe/", auto_deliver=True, webhook_timeout=20)

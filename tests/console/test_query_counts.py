@@ -10,11 +10,11 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
-from dunning.aggregate import EMPTY_ROOT
+from dunning.acceptance.aggregate import EMPTY_ROOT
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle
 from subscriptions.models import Customer, Invoice, Subscription
-from tests.builders import fail_first_payment, make_subscription, open_cycle
+from tests.support.builders import fail_first_payment, make_subscription, open_cycle
 
 ROWS = 1000
 STATES = ["CURRENT", "GRACE_ACTIVE", "RESTRICTED", "EVIDENCE_CONFLICT", "RECOVERED"]

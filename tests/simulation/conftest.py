@@ -1,6 +1,6 @@
 import pytest
 
-from dunning.simulation import Schedule, Simulation
+from tests.verification.simulation import Schedule, Simulation
 
 
 @pytest.fixture

@@ -8,9 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from dunning.services import edges, recompute
-from dunning.simulation import Simulation, generate
-from dunning.simulation.shrink import shrink
+from dunning.acceptance import edges
+from dunning.acceptance import settlement as recompute
+from tests.verification.simulation import Simulation, generate
+from tests.verification.simulation.shrink import shrink
 
 
 def _codes(w) -> set[str]:
@@ -55,8 +56,8 @@ def test_fresh_idempotency_key_per_call_is_caught(world, monkeypatch):
 
 
 def test_restriction_without_fresh_receipt_is_caught(world, monkeypatch):
+    from dunning.acceptance.inputs import Evidence
     from dunning.jobs import cycle_jobs
-    from dunning.services.results import Evidence
 
     monkeypatch.setattr(edges, "require_fresh_invoice_receipt", lambda *a, **k: None)
     monkeypatch.setattr(cycle_jobs, "receipt_evidence", lambda inv, receipt: Evidence())
@@ -82,7 +83,7 @@ def test_unowned_unknown_payment_is_caught(world, monkeypatch):
 
 
 def test_full_while_blocking_is_caught(world, monkeypatch):
-    from dunning.aggregate import Decision
+    from dunning.acceptance.aggregate import Decision
 
     real = recompute.compute_aggregate
     always_full = Decision(profile="FULL", reason="broken build", blocking_count=0)
@@ -136,8 +137,8 @@ def test_period_end_not_applied_is_caught(world, monkeypatch):
 
 
 def _staff_cancellation(w):
-    from dunning.services.acceptance import cycle_accept_transition
-    from dunning.services.results import Cause, Expect
+    from dunning.acceptance.inputs import Cause, Expect
+    from dunning.acceptance.transitions import cycle_accept_transition
 
     invoice = w.failed_renewal(0, "stolen_card")
     w.advance(8 * 86400)
@@ -161,7 +162,8 @@ def test_cancellation_neither_confirmed_nor_alerted_is_caught(world, monkeypatch
 
 
 def test_time_guard_passed_ahead_of_the_trusted_clock_is_caught(world, monkeypatch):
-    from dunning.services import acceptance, subscription_acceptance
+    from dunning.acceptance import subscription as subscription_acceptance
+    from dunning.acceptance import transitions as acceptance
 
     for module in (acceptance, subscription_acceptance):
         monkeypatch.setattr(module, "now_is_not_ahead", lambda now, policy_clock: (True, now))

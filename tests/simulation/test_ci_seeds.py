@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from dunning.simulation import Simulation, generate
-from dunning.simulation.shrink import shrink
+from tests.verification.simulation import Simulation, generate
+from tests.verification.simulation.shrink import shrink
 
 
 def _seeds() -> list[int]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dunning.aggregate import EMPTY_ROOT
+from dunning.acceptance.aggregate import EMPTY_ROOT
+from dunning.acceptance.inputs import Cause, Expect
+from dunning.acceptance.transitions import cycle_accept_transition
 from dunning.models import Alert, JobRun, TransitionReceipt
-from dunning.services.acceptance import cycle_accept_transition
-from dunning.services.results import Cause, Expect
 
 
 def _clean(w):

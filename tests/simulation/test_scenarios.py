@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from dunning.aggregate import EMPTY_ROOT
+from dunning.acceptance.aggregate import EMPTY_ROOT
 from dunning.models import MonetaryFact, PaymentAttempt, ProviderEvent
 from entitlements.models import EntitlementSnapshot
 

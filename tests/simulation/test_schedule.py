@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dunning.simulation import WEIGHTS, Schedule, Step, generate
-from dunning.simulation.schedule import PROVIDER_RETRIES
+from tests.verification.simulation import WEIGHTS, Schedule, Step, generate
+from tests.verification.simulation.schedule import PROVIDER_RETRIES
 
 CI_SEEDS = range(1, 11)
 
@@ -40,7 +40,7 @@ def test_replay_literal_reads_back():
 def test_a_job_period_interrupted_by_an_outage_runs_again_from_its_end():
     from datetime import timedelta
 
-    from dunning.simulation import EPOCH, Simulation
+    from tests.verification.simulation import EPOCH, Simulation
 
     sim = Simulation(generate(1, 10))
     minute = timedelta(seconds=60)

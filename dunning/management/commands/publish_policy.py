@@ -6,8 +6,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dunning.policy_document import PolicyValidationError
-from dunning.services.policies import PolicyConflict, policy_publish
+from dunning.policy.document import PolicyValidationError
+from dunning.policy.publishing import PolicyConflict, policy_publish
 
 
 class Command(BaseCommand):

@@ -1,0 +1,5 @@
+"""The support console: every admin page of the dunning product, the subscription page included.
+
+Django's admin autodiscovery imports `dunning.admin`; each module below registers its pages."""
+
+from dunning.admin import operations, records, subscription_page  # noqa: F401  (registers the pages)

@@ -1,0 +1,205 @@
+"""Webhook intake (SPEC §8): verify, deduplicate by event id, hand off; keep every raw request.
+
+Processing happens on Celery after commit; the provider gets its 2xx as soon as the event
+is safely in the inbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from dunning.clock import trusted_now
+from dunning.models import ProviderEvent, Verification, WebhookDelivery
+from dunning.web.input_guards import escape_nul, storable_text, unstorable
+from subscriptions.providers.base import WebhookVerificationError
+from subscriptions.providers.registry import get_provider
+
+log = logging.getLogger(__name__)
+KEPT_HEADERS = {"stripe-signature", "content-type", "content-length", "user-agent", "x-forwarded-for"}
+
+
+@dataclass(frozen=True)
+class IntakeOutcome:
+    status: int
+    code: str
+    detail: str = ""
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+def webhook_receive(
+    *,
+    provider_name: str,
+    body: bytes,
+    headers: dict[str, str],
+    remote_addr: str | None,
+    declared_size: int,
+    size_limit: int,
+    now: datetime | None = None,
+) -> IntakeOutcome:
+    """Every request is kept as a WebhookDelivery with its verdict, whatever the outcome.
+
+    The verdict is reached in memory (size, signature, shape), so the raw request is written once,
+    with it: a rejected delivery is one insert; an accepted one commits together with its inbox
+    row, and the hand-off waits for that commit. Should the inbox write fail, the raw request is
+    still kept, marked as failed, before the error reaches the provider (who will deliver again).
+    """
+    now = now or trusted_now()
+    truncated = declared_size > size_limit or len(body) > size_limit
+    # The body is stored as bytes (bytea holds any byte); headers are text, where PostgreSQL cannot
+    # hold NUL, so a NUL in a header is kept written as \u0000.
+    as_received = dict(
+        provider=provider_name, received_at=now, remote_addr=_ip_or_none(remote_addr),
+        headers={k: escape_nul(v) for k, v in headers.items() if k.lower() in KEPT_HEADERS}, body=body[:size_limit],
+        body_size=max(declared_size, len(body)), body_sha256=hashlib.sha256(body).hexdigest(), truncated=truncated,
+    )
+    raw = WebhookDelivery(**as_received)
+    if truncated:
+        return _reject(raw, 413, "BODY_TOO_LARGE", f"body over the {size_limit}-byte limit")
+    signature = next((v for k, v in headers.items() if k.lower() == "stripe-signature"), "")
+    try:
+        event = get_provider(provider_name).verify_webhook(payload=body, signature_header=signature, now=now)
+        problem = _malformed_event(event)
+    except WebhookVerificationError as exc:
+        return _reject(raw, 400, exc.code, str(exc))
+    except RecursionError:  # signed JSON nested deeper than the parser goes
+        return _reject(raw, 400, "MALFORMED_PAYLOAD", "payload is nested too deeply to be a provider event")
+    except Exception as exc:
+        _keep_failed(as_received, "VERIFICATION_ERROR", exc)
+        raise
+    if problem:
+        return _reject(raw, 400, "MALFORMED_EVENT", problem)
+    try:
+        with transaction.atomic():
+            row, created = _inbox_insert(provider_name, event, now)
+            raw.verification = Verification.VERIFIED
+            raw.claimed_event_id = event["id"]
+            raw.event = row
+            raw.duplicate = not created
+            raw.http_status = 200
+            raw.save()
+            if created:
+                transaction.on_commit(lambda: _enqueue(row.pk))
+    except Exception as exc:
+        _keep_failed(as_received, "INBOX_WRITE_FAILED", exc)
+        raise
+    return IntakeOutcome(200, "DUPLICATE" if not created else "RECEIVED",
+                         body={"received": True, "event": event["id"], "duplicate": not created})
+
+
+def _enqueue(event_pk: int) -> None:
+    """Hand the event to a worker. The event is already safe in the inbox: if the broker is down
+    (or an in-process run fails), it stays PENDING for the inbox sweep instead of failing the
+    provider's delivery."""
+    from dunning.tasks import process_provider_event
+
+    try:
+        process_provider_event.delay(event_pk)
+    except Exception:
+        log.exception("event %s stored but not handed to a worker; the inbox sweep will pick it up", event_pk)
+
+
+def _reject(raw: WebhookDelivery, status: int, code: str, detail: str) -> IntakeOutcome:
+    raw.verification = Verification.REJECTED
+    raw.rejection_reason = code
+    raw.detail = escape_nul(detail)[:2000]
+    raw.http_status = status
+    raw.save()
+    return IntakeOutcome(status, code, detail)
+
+
+def _keep_failed(as_received: dict[str, Any], code: str, exc: Exception) -> None:
+    """Keep the raw request of a delivery that failed on our side (its verdict stays PENDING: it
+    was never judged); the provider gets a 5xx and delivers again. Requests are not wrapped in a
+    transaction (no ATOMIC_REQUESTS), so this row commits although the error is raised on."""
+    log.exception("webhook delivery failed on our side (%s); the raw request is kept", code)
+    try:
+        WebhookDelivery.objects.create(**as_received, rejection_reason=code,
+                                       detail=escape_nul(f"{type(exc).__name__}: {exc}")[:2000], http_status=500)
+    except Exception:
+        log.exception("the raw request could not be kept either (is the database reachable?)")
+
+
+def _malformed_event(event: Any) -> str:
+    """Why a verified event cannot be stored as an inbox row ("" when it can): the shape the intake
+    and processing rely on, text PostgreSQL can hold anywhere in it, and the fields that become
+    columns within their column's size."""
+    if not isinstance(event, dict):
+        return "event is not a JSON object"
+    if not isinstance(event.get("id"), str) or not event["id"]:
+        return "event has no id"
+    if not isinstance(event.get("type"), str) or not event["type"]:
+        return "event has no type"
+    data = event.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("object"), dict):
+        return "event has no data.object"
+    fault = unstorable(event)
+    if fault:
+        return f"event field {fault}"
+    for key, column in _COLUMNS.items():
+        value = event.get(key)
+        if value is None:
+            continue
+        limit = ProviderEvent._meta.get_field(column).max_length
+        if not isinstance(value, str):
+            return f"event {key} is not a string"
+        if not storable_text(value, limit):
+            return f"event {key} is {len(value)} characters long; at most {limit}"
+    object_id = data["object"].get("id")
+    if object_id is not None and not (isinstance(object_id, str) and storable_text(object_id, OBJECT_ID_MAX_LENGTH)):
+        return f"data.object.id is not a provider id (a string of at most {OBJECT_ID_MAX_LENGTH} characters)"
+    if _created_at(event) is _OUT_OF_RANGE:
+        return "event created is not a Unix timestamp a date can hold"
+    return ""
+
+
+# Event fields stored as their own inbox columns, and the column each goes to.
+_COLUMNS = {"id": "event_id", "type": "event_type", "api_version": "api_version", "account": "account"}
+# Provider object ids are looked up in (and stored by fetch into) columns of 255 characters.
+OBJECT_ID_MAX_LENGTH = 255
+_OUT_OF_RANGE = object()
+
+
+def _created_at(event: dict[str, Any]) -> Any:
+    """The provider's `created` as a datetime; None when absent or not an integer (it is only
+    informative), _OUT_OF_RANGE when no datetime holds it."""
+    created = event.get("created")
+    if not isinstance(created, int):
+        return None
+    try:
+        return datetime.fromtimestamp(created, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return _OUT_OF_RANGE
+
+
+def _ip_or_none(remote_addr: str | None) -> str | None:
+    """REMOTE_ADDR as the inet column takes it; anything else (a unix socket path) is not kept."""
+    try:
+        return str(ipaddress.ip_address(remote_addr)) if remote_addr else None
+    except ValueError:
+        return None
+
+
+def _inbox_insert(provider_name: str, event: dict[str, Any], now: datetime) -> tuple[ProviderEvent, bool]:
+    """Insert once per (provider, event id); the unique constraint decides between concurrent
+    deliveries of the same event. A new event (the common case) costs no read first; a redelivery
+    pays for a refused insert."""
+    try:
+        with transaction.atomic():
+            row = ProviderEvent.objects.create(
+                provider=provider_name, event_id=event["id"], event_type=event["type"],
+                api_version=event.get("api_version") or "", account=event.get("account") or "", payload=event,
+                signature_verified=True, received_at=now, provider_created_at=_created_at(event),
+            )
+        return row, True
+    except IntegrityError:
+        existing = ProviderEvent.objects.filter(provider=provider_name, event_id=event["id"]).first()
+        if existing is None:
+            raise  # not the duplicate the constraint guards against: let the real cause show
+        return existing, False

@@ -1,0 +1,1 @@
+"""Reads: the cycle read, the review input and its pure verdicts."""

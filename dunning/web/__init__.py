@@ -1,0 +1,1 @@
+"""The HTTP edge: the Stripe webhook view, hostile-input guards, problem documents."""

@@ -1,0 +1,68 @@
+"""`manage.py run_jobs` and the beat schedule cover every job of SPEC §10."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from config.celery import app
+from dunning.jobs import load_jobs
+from dunning.jobs.framework import JOBS
+from dunning.jobs.schedule import CATCH_UP_ORDER
+from dunning.models import JobRun
+
+SPEC_JOBS = {"grace_expiry", "restriction", "cancellation", "unknown_payments", "exception_expiry", "local_retries",
+             "outbox_relay", "reminders", "reconciliation", "alerts", "inbox_sweep",
+             "entitlement_push", "contract_deadlines"}
+
+
+def test_every_job_is_registered_scheduled_and_ordered():
+    load_jobs()
+    assert set(JOBS) == SPEC_JOBS == set(CATCH_UP_ORDER)
+    scheduled = {entry["args"][0] for entry in app.conf.beat_schedule.values()}
+    assert scheduled == SPEC_JOBS
+    assert all(e["task"] == "dunning.tasks.run_scheduled_job" for e in app.conf.beat_schedule.values())
+
+
+def test_list_prints_each_job(db):
+    out = io.StringIO()
+    call_command("run_jobs", "--list", stdout=out)
+    assert [line.split()[0] for line in out.getvalue().splitlines()] == list(CATCH_UP_ORDER)
+
+
+def test_one_job_runs_and_is_recorded(db):
+    out = io.StringIO()
+    call_command("run_jobs", "--job", "exception_expiry", "--now", "2026-12-01T09:00:00Z", stdout=out)
+    run = JobRun.objects.get(job="exception_expiry")
+    assert run.status == "OK" and run.run_for.isoformat() == "2026-12-01T09:00:00+00:00"
+    assert "exception_expiry OK" in out.getvalue()
+
+
+def test_bad_arguments_are_explained(db):
+    with pytest.raises(CommandError, match="unknown job"):
+        call_command("run_jobs", "--job", "nope")
+    with pytest.raises(CommandError, match="UTC offset"):
+        call_command("run_jobs", "--job", "alerts", "--now", "yesterday")
+
+
+def test_a_job_with_errors_makes_the_command_fail(sim, time_machine):
+    from tests.support.scenarios import failed_renewal
+
+    time_machine.move_to("2026-12-01T09:00:00Z", tick=True)
+    _, _, cycle = failed_renewal(sim)
+    time_machine.move_to(cycle.grace_expires_at.isoformat(), tick=True)
+    sim.faults.error_500("GET /v1/invoices/*", count=20)
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("run_jobs", "--job", "grace_expiry", stdout=io.StringIO(), stderr=io.StringIO())
+    assert exit_info.value.code == 1
+    assert JobRun.objects.get(job="grace_expiry").status == "PARTIAL"
+
+
+def test_the_beat_task_runs_a_job(db):
+    from dunning.tasks import run_scheduled_job
+
+    assert run_scheduled_job.delay("alerts").get() == "OK"
+    assert JobRun.objects.filter(job="alerts").count() == 1
