@@ -10,5 +10,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
     path("api/", include("entitlements.api.urls")),
+    path("agentpay/", include("agentpay.api.urls")),
     path("", include("subscriptions.billing.urls")),
 ]

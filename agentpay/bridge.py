@@ -1,0 +1,55 @@
+"""Everything AgentPay takes from the dunning/subscriptions/entitlements side, in one place.
+
+Seed 003 keeps usage billing apart from subscription debt: AgentPay never writes a dunning
+cycle. It reads two things: the trusted clock, and whether a tenant's linked subscription may
+use API tokens (its entitlement profile). Those modules are about to move; only this file
+changes when they do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from dunning.clock import now_is_not_ahead as _now_is_not_ahead
+from dunning.clock import trusted_now as _trusted_now
+from entitlements.profiles import get_profile
+from subscriptions.models import Subscription
+
+
+def trusted_now() -> datetime:
+    return _trusted_now()
+
+
+def now_is_not_ahead(now: datetime) -> tuple[bool, datetime]:
+    """Whether a job's `now` is at or before the trusted (database) clock; the clock read."""
+    return _now_is_not_ahead(now, "DATABASE")
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    allowed: bool
+    profile: str = ""
+    detail: str = ""
+
+
+def api_access_for(subscription_ref: str, *, method: str) -> ApiAccess:
+    """May a tenant linked to `subscription_ref` make an API call with `method`?
+
+    The entitlement profile's `api_tokens` capability decides: "none" refuses every call,
+    "read_only" refuses everything but GET. A tenant linked to no subscription is not limited
+    by one (its wallet balance still is). A reference to a subscription we do not know refuses:
+    a typo must not open access.
+    """
+    if not subscription_ref:
+        return ApiAccess(True)
+    subscription = (Subscription.objects.filter(provider_subscription_id=subscription_ref)
+                    .only("entitlement_profile").first())
+    if subscription is None:
+        return ApiAccess(False, "", f"the linked subscription {subscription_ref} is not known")
+    profile = get_profile(subscription.entitlement_profile)
+    if profile.api_tokens == "none":
+        return ApiAccess(False, profile.name, f"the subscription's access ({profile.name}) allows no API calls")
+    if profile.api_tokens == "read_only" and method != "GET":
+        return ApiAccess(False, profile.name, f"the subscription's access ({profile.name}) allows read-only calls")
+    return ApiAccess(True, profile.name)

@@ -1,0 +1,11 @@
+from agentpay.models.audit import CauseKind, GatewayRequest, IntentReceipt, OutboxMessage
+from agentpay.models.ledger import AccountKind, LedgerAccount, Transfer, TransferKind
+from agentpay.models.payments import Fulfillment, PaymentIntent, Settlement
+from agentpay.models.permissions import AgentPayConsole
+from agentpay.models.tenants import HttpMethod, PricedRoute, Tenant, TenantApiKey, TenantStatus
+
+__all__ = [
+    "AccountKind", "AgentPayConsole", "CauseKind", "Fulfillment", "GatewayRequest", "HttpMethod", "IntentReceipt",
+    "LedgerAccount", "OutboxMessage", "PaymentIntent", "PricedRoute", "Settlement", "Tenant", "TenantApiKey",
+    "TenantStatus", "Transfer", "TransferKind",
+]

@@ -1,0 +1,211 @@
+"""The one acceptance point of an intent (seed 004 §4; issue 17 item 2).
+
+`intent_accept` is one durable transaction. It locks intent → settlement → fulfillment → wallet
+(always that order, so two acceptances never deadlock on them), compares-and-sets the intent's
+generation, checks each step against the seed's tables and the cross-line guards
+(`agentpay.states`), applies its effect (ledger moves happen here, inside the transaction), and
+writes one receipt per step and an outbox row. A refusal rolls all of it back and is recorded
+in its own transaction as a refusal receipt. Nothing here touches the network.
+
+Several steps may be asked at once (an upstream 2xx is `upstream_2xx`, `capture`,
+`settlement_confirmed`): they are accepted together or not at all. `intent_accept_event` takes
+one (intent id, line, event, data), the shape a conformance-vector runner drives.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from django.db import OperationalError, transaction
+
+from agentpay.bridge import trusted_now
+from agentpay.composite import UnreachablePair, display_status
+from agentpay.models import (
+    AccountKind,
+    Fulfillment,
+    IntentReceipt,
+    LedgerAccount,
+    OutboxMessage,
+    PaymentIntent,
+    Settlement,
+)
+from agentpay.services.effects import EFFECTS, EffectContext
+from agentpay.services.results import Cause, Outcome, Refusal, Step
+from agentpay.states import INTENT, MANUAL_INTENT_EVENTS, TRANSITIONS, WALLET, Lines, step_verdict
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+REVIEW_PERMISSION = "agentpay.resolve_review"
+OUTBOX_TOPIC = "agentpay.intent.changed"
+
+
+def intent_accept_event(intent_id: str, line: str, event: str, data: dict[str, Any] | None = None, *,
+                        cause: Cause | None = None, expect_generation: int | None = None,
+                        now: datetime | None = None) -> Outcome:
+    """One event on one line of one intent."""
+    return intent_accept(intent_id=intent_id, steps=[Step(line, event, dict(data or {}))],
+                         cause=cause or Cause.system("accept_event"), expect_generation=expect_generation, now=now)
+
+
+def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect_generation: int | None = None,
+                  now: datetime | None = None) -> Outcome:
+    """Accept all of `steps` or none. Never raises for a refusal; raises LookupError for an
+    intent that does not exist."""
+    if not steps:
+        raise ValueError("no steps to accept")
+    now = now or trusted_now()
+
+    def decide() -> Outcome:
+        try:
+            with transaction.atomic(durable=True):
+                return _accept_locked(intent_id, list(steps), cause, expect_generation, now)
+        except Refusal as refusal:
+            return _record_refusal(intent_id, refusal, steps, cause, now)
+
+    return _retry_on_deadlock(decide)
+
+
+def _lock(intent_id: str) -> tuple[PaymentIntent, Settlement, Fulfillment, LedgerAccount | None]:
+    try:
+        intent = PaymentIntent.objects.select_for_update(of=("self",)).select_related("tenant").get(
+            intent_id=intent_id)
+    except PaymentIntent.DoesNotExist:
+        raise LookupError(f"no payment intent {intent_id}") from None
+    # The live settlement if there is one, else the latest (at most one is live: a constraint).
+    settlement = (Settlement.objects.select_for_update(of=("self",)).select_related("hold").filter(intent=intent)
+                  .order_by("-pk").first())
+    fulfillment = Fulfillment.objects.select_for_update().get(intent=intent)
+    wallet = None
+    if intent.rail == WALLET:
+        wallet = (LedgerAccount.objects.select_for_update()
+                  .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
+    return intent, settlement, fulfillment, wallet
+
+
+def lines_of(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfillment) -> Lines:
+    return Lines(rail=intent.rail, intent=intent.state, settlement=settlement.state, fulfillment=fulfillment.state)
+
+
+def _is_manual(step: Step, cause: Cause) -> bool:
+    return bool(step.data.get("manual")) or (step.line == INTENT and step.event in MANUAL_INTENT_EVENTS)
+
+
+def _check_person(step: Step, cause: Cause) -> None:
+    """A manual resolution is a billing lead's, with a reason and a ticket."""
+    if cause.kind != "user" or cause.user is None:
+        raise Refusal("MANUAL_ONLY", f"{step.event} is a billing lead's resolution", step)
+    if not cause.user.has_perm(REVIEW_PERMISSION):
+        raise Refusal("NOT_PERMITTED", f"{cause.actor} may not resolve a needs-review intent", step)
+    if not cause.reason.strip() or not cause.ticket.strip():
+        raise Refusal("REASON_AND_TICKET_REQUIRED", "a manual resolution needs a reason and a ticket", step)
+
+
+def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_generation: int | None,
+                   now: datetime) -> Outcome:
+    intent, settlement, fulfillment, wallet = _lock(intent_id)
+    generation = intent.generation
+    if expect_generation is not None and expect_generation != generation:
+        raise Refusal("STALE_GENERATION", f"expected generation {expect_generation}, found {generation}", steps[0])
+    ctx = EffectContext(intent=intent, settlement=settlement, fulfillment=fulfillment, wallet=wallet, cause=cause,
+                        now=now)
+    rows = {"intent": intent, "settlement": settlement, "fulfillment": fulfillment}
+    lines = lines_of(intent, settlement, fulfillment)
+    applied: list[tuple[Step, str, str]] = []
+    for step in steps:
+        manual = _is_manual(step, cause)
+        if manual:
+            _check_person(step, cause)
+        verdict = step_verdict(lines, step.line, step.event, manual=manual)
+        if not verdict.allowed:
+            raise Refusal(verdict.code, verdict.detail, step)
+        effect = EFFECTS.get((step.line, step.event))
+        if effect is not None:
+            effect(ctx, step)
+        from_state = lines.state(step.line)
+        to_state = TRANSITIONS[step.line][(from_state, step.event)]
+        lines = lines.moved(step.line, to_state)
+        row = rows[step.line]
+        if to_state != from_state:
+            row.state, row.state_changed_at = to_state, now
+        applied.append((step, from_state, to_state))
+    # Compare-and-set: the lock makes a lost update impossible here; the generation is what a
+    # caller's `expect_generation` (and a stale admin form) is checked against.
+    changed = PaymentIntent.objects.filter(pk=intent.pk, generation=generation).update(
+        generation=generation + 1, state=intent.state, state_changed_at=intent.state_changed_at, **ctx.intent_fields)
+    if changed != 1:
+        raise Refusal("STALE_GENERATION", "the intent changed while this step was applied", steps[0])
+    intent.generation = generation + 1
+    for name, value in ctx.intent_fields.items():
+        setattr(intent, name, value)
+    settlement.save(update_fields=["state", "state_changed_at", *ctx.settlement_fields])
+    fulfillment.save(update_fields=["state", "state_changed_at", *ctx.fulfillment_fields])
+    receipts = [
+        IntentReceipt.objects.create(
+            intent=intent, line=step.line, event=step.event, accepted=True, from_state=from_state, to_state=to_state,
+            generation=intent.generation, data=_storable(step.data), cause_kind=cause.kind, actor=cause.actor,
+            actor_user=cause.user, request_id=cause.request_id, reason=cause.reason, ticket=cause.ticket,
+            trusted_time=now)
+        for step, from_state, to_state in applied
+    ]
+    OutboxMessage.objects.create(
+        topic=OUTBOX_TOPIC, dedupe_key=f"{intent.intent_id}:{intent.generation}", intent=intent, created_at=now,
+        payload={"intent_id": intent.intent_id, "generation": intent.generation, "rail": intent.rail,
+                 "intent": lines.intent, "settlement": lines.settlement, "fulfillment": lines.fulfillment,
+                 "display_status": _display(lines), "events": [f"{s.line}.{s.event}" for s, _, _ in applied]})
+    log.info("intent %s accepted %s → generation %s", intent.intent_id,
+             ", ".join(f"{s.line}.{s.event}" for s, _, _ in applied), intent.generation)
+    return Outcome(accepted=True, intent_id=intent.intent_id, lines=lines, generation=intent.generation,
+                   receipt_ids=tuple(r.pk for r in receipts))
+
+
+def _display(lines: Lines) -> str:
+    try:
+        return display_status(lines)
+    except UnreachablePair:
+        log.error("no display status for %s", lines)
+        return ""
+
+
+def _storable(data: dict[str, Any]) -> dict[str, Any]:
+    """Step data as JSON PostgreSQL can keep (NULs escaped)."""
+    import json
+
+    return json.loads(json.dumps(data, default=str).replace("\\u0000", "\\\\u0000"))
+
+
+def _record_refusal(intent_id: str, refusal: Refusal, steps: Sequence[Step], cause: Cause,
+                    now: datetime) -> Outcome:
+    step = refusal.step or steps[0]
+    with transaction.atomic(durable=True):
+        intent = PaymentIntent.objects.get(intent_id=intent_id)
+        settlement = Settlement.objects.filter(intent=intent).order_by("-pk").first()
+        lines = lines_of(intent, settlement, intent.fulfillment)
+        from_state = lines.state(step.line) if step.line in TRANSITIONS else ""
+        rolled_back = [f"{s.line}.{s.event}" for s in steps if s is not step]
+        detail = refusal.detail + (f" (asked together with {', '.join(rolled_back)}, not applied)"
+                                   if rolled_back else "")
+        receipt = IntentReceipt.objects.create(
+            intent=intent, line=step.line[:16], event=step.event[:64], accepted=False, from_state=from_state,
+            generation=intent.generation, refusal_code=refusal.code, detail=detail, data=_storable(step.data),
+            cause_kind=cause.kind, actor=cause.actor, actor_user=cause.user, request_id=cause.request_id,
+            reason=cause.reason, ticket=cause.ticket, trusted_time=now)
+    log.info("intent %s refused %s.%s: %s", intent_id, step.line, step.event, refusal)
+    return Outcome(accepted=False, intent_id=intent_id, lines=lines, generation=intent.generation,
+                   refusal_code=refusal.code, detail=detail, refused_step=step, receipt_ids=(receipt.pk,))
+
+
+def _retry_on_deadlock(work: Callable[[], T], retries: int = 8) -> T:
+    """A deadlock victim rolled back entirely; deciding again on the rows as they are now is safe."""
+    for attempt in range(retries + 1):
+        try:
+            return work()
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != "40P01" or attempt == retries:
+                raise
+            time.sleep(random.uniform(0.005, 0.03) * (attempt + 1))
+    raise AssertionError("unreachable")

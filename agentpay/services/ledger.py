@@ -1,0 +1,118 @@
+"""Ledger moves: hold, capture (post), release (void) and credits. They join the caller's
+transaction and expect the wallet row already locked by it (the acceptance service locks
+intent → settlement → fulfillment → wallet; system accounts are always touched last, so two
+transactions never wait on each other in opposite orders).
+
+Totals move by UPDATE … SET x = x + amount, so the database adds, not Python; the CHECK on the
+wallet backs up the balance test made under the lock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from agentpay import ids
+from agentpay.models import AccountKind, LedgerAccount, PaymentIntent, Tenant, Transfer, TransferKind
+
+
+class LedgerRefusal(Exception):
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code, self.detail = code, detail
+
+
+def _ensure(kind: str, currency: str, tenant: Tenant | None) -> LedgerAccount:
+    # ON CONFLICT DO NOTHING: two first calls at once both succeed; neither poisons its transaction.
+    LedgerAccount.objects.bulk_create([LedgerAccount(kind=kind, currency=currency, tenant=tenant)],
+                                      ignore_conflicts=True)
+    return LedgerAccount.objects.get(kind=kind, currency=currency, tenant=tenant)
+
+
+def wallet_ensure(*, tenant: Tenant, currency: str) -> LedgerAccount:
+    return _ensure(AccountKind.WALLET, currency, tenant)
+
+
+def system_account(kind: str, currency: str) -> LedgerAccount:
+    if kind == AccountKind.WALLET:
+        raise ValueError("a wallet is a tenant's account, not a system account")
+    return _ensure(kind, currency, None)
+
+
+def _move(account_id: int, **deltas: int) -> None:
+    LedgerAccount.objects.filter(pk=account_id).update(**{name: F(name) + amount for name, amount in deltas.items()})
+
+
+def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, actor: str,
+                now: datetime) -> Transfer:
+    """A pending transfer wallet → revenue (`hld_…`). `wallet` must be locked by the caller."""
+    if wallet.available < amount:
+        raise LedgerRefusal("INSUFFICIENT_BALANCE", f"available {wallet.available} {wallet.currency}, "
+                                                    f"the call costs {amount}")
+    revenue = system_account(AccountKind.REVENUE, wallet.currency)
+    with transaction.atomic(savepoint=False):
+        hold = Transfer.objects.create(
+            transfer_id=ids.new_id(ids.HOLD), kind=TransferKind.PENDING, debit_account=wallet, credit_account=revenue,
+            amount=amount, currency=wallet.currency, intent=intent, actor=actor, created_at=now,
+            reason=f"hold for {intent.intent_id}")
+        _move(wallet.pk, debits_pending=amount)
+        _move(revenue.pk, credits_pending=amount)
+    return hold
+
+
+def _resolve(hold: Transfer, kind: str, actor: str, now: datetime, reason: str, ticket: str) -> Transfer:
+    if hold.kind != TransferKind.PENDING:
+        raise LedgerRefusal("NOT_A_HOLD", f"{hold.transfer_id} is a {hold.kind} transfer")
+    if Transfer.objects.filter(pending=hold).exists():
+        raise LedgerRefusal("HOLD_ALREADY_RESOLVED", f"{hold.transfer_id} was already posted or voided")
+    try:
+        # A savepoint: a lost race on the unique `pending` must leave the caller's transaction usable.
+        with transaction.atomic():
+            resolution = Transfer.objects.create(
+                transfer_id=ids.new_id(ids.TRANSFER), kind=kind, debit_account_id=hold.debit_account_id,
+                credit_account_id=hold.credit_account_id, amount=hold.amount, currency=hold.currency,
+                pending=hold, intent_id=hold.intent_id, actor=actor, created_at=now, reason=reason, ticket=ticket)
+    except IntegrityError:
+        raise LedgerRefusal("HOLD_ALREADY_RESOLVED", f"{hold.transfer_id} was already posted or voided") from None
+    amount = hold.amount
+    if kind == TransferKind.POST_PENDING:
+        _move(hold.debit_account_id, debits_pending=-amount, debits_posted=amount)
+        _move(hold.credit_account_id, credits_pending=-amount, credits_posted=amount)
+    else:
+        _move(hold.debit_account_id, debits_pending=-amount)
+        _move(hold.credit_account_id, credits_pending=-amount)
+    return resolution
+
+
+def ledger_capture(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "") -> Transfer:
+    """Post the hold: the call is billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise)."""
+    return _resolve(hold, TransferKind.POST_PENDING, actor, now, reason or "capture", ticket)
+
+
+def ledger_release(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "") -> Transfer:
+    """Void the hold: the call is not billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise)."""
+    return _resolve(hold, TransferKind.VOID_PENDING, actor, now, reason or "release", ticket)
+
+
+def ledger_credit_wallet(*, tenant: Tenant, currency: str, amount: int, source: str, actor: str, now: datetime,
+                         reason: str, ticket: str = "", external_ref: str = "") -> Transfer:
+    """A posted transfer from a system account (`source`: top-up clearing or staff credit) into the
+    tenant's wallet. Joins the caller's transaction; locks wallet then the system account."""
+    if amount <= 0:
+        raise LedgerRefusal("AMOUNT_NOT_POSITIVE", f"a credit must be a positive amount; got {amount}")
+    with transaction.atomic(savepoint=False):
+        wallet = LedgerAccount.objects.select_for_update().get(pk=wallet_ensure(tenant=tenant, currency=currency).pk)
+        clearing = system_account(source, currency)
+        try:
+            with transaction.atomic():
+                credit = Transfer.objects.create(
+                    transfer_id=ids.new_id(ids.TRANSFER), kind=TransferKind.POSTED, debit_account=clearing,
+                    credit_account=wallet, amount=amount, currency=currency, actor=actor, created_at=now,
+                    reason=reason, ticket=ticket, external_ref=external_ref)
+        except IntegrityError:
+            raise LedgerRefusal("ALREADY_CREDITED", f"{external_ref} was already credited") from None
+        _move(clearing.pk, debits_posted=amount)
+        _move(wallet.pk, credits_posted=amount)
+    return credit

@@ -1,0 +1,17 @@
+"""AgentPay settings (seed 004, SPEC §16). Imported at the end of config/settings.py."""
+
+import os
+
+# An unknown fulfillment is resolved only by the upstream's status query; past this deadline the
+# intent goes to needs_review and a billing lead owns it (within AGENTPAY_REVIEW_OWNER_SECONDS).
+AGENTPAY_RECOVERY_DEADLINE_SECONDS = int(os.environ.get("AGENTPAY_RECOVERY_DEADLINE_SECONDS", "900"))
+AGENTPAY_REVIEW_OWNER_SECONDS = int(os.environ.get("AGENTPAY_REVIEW_OWNER_SECONDS", "3600"))
+AGENTPAY_REVIEW_OWNER_GROUPS = ("Billing leads",)
+# seed §4.1: an x402 challenge not answered within this many seconds expires.
+AGENTPAY_CHALLENGE_TTL_SECONDS = int(os.environ.get("AGENTPAY_CHALLENGE_TTL_SECONDS", "300"))
+# A request driving an intent holds it this long beyond the route's timeouts (then 409 stops).
+AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS = int(os.environ.get("AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS", "30"))
+# Bodies kept in the request log are cut here; larger forwarded bodies are refused (413).
+AGENTPAY_MAX_BODY_BYTES = int(os.environ.get("AGENTPAY_MAX_BODY_BYTES", str(1024 * 1024)))
+AGENTPAY_LOGGED_BODY_BYTES = int(os.environ.get("AGENTPAY_LOGGED_BODY_BYTES", str(64 * 1024)))
+AGENTPAY_STATUS_QUERY_TIMEOUT_SECONDS = float(os.environ.get("AGENTPAY_STATUS_QUERY_TIMEOUT_SECONDS", "5"))
