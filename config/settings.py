@@ -52,6 +52,8 @@ if (BASE_DIR / "tests" / "verification" / "apps.py").is_file():
     INSTALLED_APPS.append("tests.verification")
 
 MIDDLEWARE = [
+    # First: every AgentPay request is recorded with its request_id before anything may refuse it.
+    "agentpay.api.request_log.GatewayRequestLog",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

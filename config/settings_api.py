@@ -44,6 +44,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # AgentPay publishes its own schema at /agentpay/v1/schema/.
+    "PREPROCESSING_HOOKS": ["agentpay.api.schema.exclude_agentpay"],
 }
 
 # Idempotency-Key records are kept this long; a repeat after that runs the service again.

@@ -1,0 +1,85 @@
+"""Every request to /agentpay/ is recorded with its request_id (UUIDv4), bad ones included.
+
+The first middleware: the row is written on arrival (raw body, a subset of headers, never the
+API key), before anything can refuse the request, and answered when the response leaves. The
+request id is in the `X-Request-Id` answer header and in the receipts the request causes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+
+from agentpay.api.problems import problem
+from agentpay.bridge import trusted_now
+from agentpay.models import GatewayRequest
+
+PREFIX = "/agentpay/"
+KEPT_HEADERS = ("content-type", "content-length", "idempotency-key", "user-agent", "agentpay-amount",
+                "agentpay-currency", "agentpay-rail")
+log = logging.getLogger("agentpay.gateway")
+
+
+def storable(text: str) -> str:
+    """PostgreSQL text cannot hold NUL: write it as the six characters \\u0000."""
+    return text.replace("\x00", "\\u0000").encode("utf-8", "replace").decode("utf-8")
+
+
+def _headers(request: HttpRequest) -> dict[str, str]:
+    kept = {name: storable(request.headers[name])[:1000] for name in KEPT_HEADERS if name in request.headers}
+    auth = request.headers.get("authorization", "")
+    if auth:
+        kept["authorization"] = storable(auth[:17]) + "…"  # "Bearer ak_" + a few characters
+    return kept
+
+
+class GatewayRequestLog:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith(PREFIX):
+            return self.get_response(request)
+        started = time.monotonic()
+        request_id = uuid.uuid4()
+        request.agentpay_request_id = request_id
+        too_big = False
+        try:
+            length = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            length = 0
+        if length > settings.AGENTPAY_MAX_BODY_BYTES:
+            body, too_big = b"", True
+        else:
+            try:
+                body = request.body
+            except RequestDataTooBig:
+                body, too_big = b"", True
+        kept = body[: settings.AGENTPAY_LOGGED_BODY_BYTES]
+        record = GatewayRequest.objects.create(
+            request_id=request_id, received_at=trusted_now(), method=storable(request.method or "")[:16],
+            path=storable(request.path), query=storable(request.META.get("QUERY_STRING", "")),
+            headers=_headers(request), body=kept, body_size=len(body) or length,
+            body_digest=hashlib.sha256(body).hexdigest(), body_truncated=too_big or len(kept) < len(body),
+            idempotency_key=storable(request.headers.get("idempotency-key", ""))[:1000])
+        if too_big:
+            response = problem(413, "body-too-large", "The request body is too large",
+                               f"at most {settings.AGENTPAY_MAX_BODY_BYTES} bytes", request_id=str(request_id))
+        else:
+            response = self.get_response(request)
+        response["X-Request-Id"] = str(request_id)
+        GatewayRequest.objects.filter(pk=record.pk).update(
+            tenant=getattr(request, "agentpay_tenant", None), route=getattr(request, "agentpay_route", None),
+            intent=getattr(request, "agentpay_intent", None), answer_status=response.status_code,
+            answer_problem=getattr(response, "agentpay_problem", "")[:64], answered_at=trusted_now(),
+            duration_ms=int((time.monotonic() - started) * 1000))
+        log.info("request_id=%s %s %s → %s", request_id, request.method, storable(request.path)[:200],
+                 response.status_code)
+        return response
