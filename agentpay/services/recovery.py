@@ -1,0 +1,99 @@
+"""Resolving what the gateway could not: unknown fulfillments and intents needing review.
+
+An unknown fulfillment is resolved only by the upstream's status query about the same
+`ful_…` (never by calling again); past its recovery deadline the intent goes to needs_review
+and a billing lead owns it. A lead's resolution (delivered → capture, not delivered → release)
+goes through the acceptance service like everything else, with a reason and a ticket.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Count, F, Q
+
+from agentpay.bridge import trusted_now
+from agentpay.models import Fulfillment, IntentReceipt, PaymentIntent
+from agentpay.services.acceptance import REVIEW_PERMISSION, intent_accept
+from agentpay.services.results import Cause, Outcome, Refusal, Step
+from agentpay.upstream import upstream_status_query
+
+QUERY_STEPS = {
+    "succeeded": [Step("fulfillment", "upstream_status_query_ok"), Step("settlement", "capture"),
+                  Step("intent", "settlement_confirmed")],
+    "failed": [Step("fulfillment", "upstream_status_query_failed"), Step("settlement", "release"),
+               Step("intent", "settlement_released")],
+}
+
+
+def fulfillment_resolve_by_query(*, intent: PaymentIntent, cause: Cause, now: datetime) -> tuple[str, Outcome | None]:
+    """Ask the upstream about this intent's fulfillment (outside any transaction) and accept what
+    it proves. Returns (the upstream's answer, the acceptance or None when nothing was proven)."""
+    fulfillment = intent.fulfillment
+    answer = upstream_status_query(route=intent.route, fulfillment_id=fulfillment.fulfillment_id)
+    # Bookkeeping only (not a state): how often and what we asked, for the review queue.
+    Fulfillment.objects.filter(pk=fulfillment.pk).update(status_queries=F("status_queries") + 1,
+                                                         last_status_query_at=now,
+                                                         last_status_query_answer=answer[:64])
+    if answer not in QUERY_STEPS:
+        return answer, None
+    steps = [Step(s.line, s.event, {"status_query": answer}) if s.line == "fulfillment" else s
+             for s in QUERY_STEPS[answer]]
+    return answer, intent_accept(intent_id=intent.intent_id, steps=steps, cause=cause, now=now)
+
+
+def intent_pass_recovery_deadline(*, intent: PaymentIntent, cause: Cause, now: datetime) -> Outcome:
+    return intent_accept(intent_id=intent.intent_id, cause=cause, now=now, steps=[
+        Step("fulfillment", "recovery_deadline_exceeded"), Step("intent", "recovery_deadline_exceeded")])
+
+
+def review_owner_pick() -> Any | None:
+    """The active member of the owner groups with the fewest open reviews (then the lowest id)."""
+    users = (get_user_model().objects.filter(is_active=True, groups__name__in=settings.AGENTPAY_REVIEW_OWNER_GROUPS)
+             .distinct().annotate(open_reviews=Count("agentpay_reviews", distinct=True,
+                                               filter=Q(agentpay_reviews__state="needs_review")))
+             .order_by("open_reviews", "pk"))
+    return users.first()
+
+
+def intent_assign_review_owner(*, intent_id: str, owner: Any, cause: Cause, now: datetime | None = None) -> int:
+    """Give a needs-review intent its owner; a receipt records who gave it to whom. Returns the
+    receipt id. Not a state transition: the three lines do not move."""
+    now = now or trusted_now()
+    with transaction.atomic(durable=True):
+        intent = PaymentIntent.objects.select_for_update().get(intent_id=intent_id)
+        if intent.state != "needs_review":
+            raise Refusal("NOT_IN_REVIEW", f"{intent_id} is {intent.state}")
+        previous = intent.review_owner.get_username() if intent.review_owner_id else ""
+        changed = PaymentIntent.objects.filter(pk=intent.pk, generation=intent.generation).update(
+            review_owner=owner, review_owner_assigned_at=now, generation=intent.generation + 1)
+        if changed != 1:
+            raise Refusal("STALE_GENERATION", "the intent changed meanwhile")
+        receipt = IntentReceipt.objects.create(
+            intent=intent, line="review", event="owner_assigned", accepted=True, from_state=intent.state,
+            to_state=intent.state, generation=intent.generation + 1,
+            data={"owner": owner.get_username(), "previous_owner": previous}, cause_kind=cause.kind,
+            actor=cause.actor, actor_user=cause.user, reason=cause.reason, ticket=cause.ticket, trusted_time=now)
+    return receipt.pk
+
+
+def review_take_ownership(*, intent_id: str, user: Any, reason: str, ticket: str) -> int:
+    if not user.has_perm(REVIEW_PERMISSION):
+        raise Refusal("NOT_PERMITTED", f"{user.get_username()} may not own AgentPay reviews")
+    if not reason.strip() or not ticket.strip():
+        raise Refusal("REASON_AND_TICKET_REQUIRED", "taking ownership needs a reason and a ticket")
+    return intent_assign_review_owner(intent_id=intent_id, owner=user,
+                                      cause=Cause.person(user, reason=reason, ticket=ticket))
+
+
+def review_resolve(*, intent_id: str, delivered: bool, user: Any, reason: str, ticket: str) -> Outcome:
+    """A billing lead's verdict on a needs-review intent: delivered → capture →
+    manual_resolved_confirmed; not delivered → release → manual_resolved_failed."""
+    steps = ([Step("settlement", "capture", {"manual": True}), Step("intent", "manual_resolved_confirmed")]
+             if delivered else
+             [Step("settlement", "release", {"manual": True}), Step("intent", "manual_resolved_failed")])
+    return intent_accept(intent_id=intent_id, steps=steps, cause=Cause.person(user, reason=reason, ticket=ticket))

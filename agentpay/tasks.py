@@ -1,0 +1,14 @@
+"""Celery entry point for AgentPay's scheduled jobs (the beat schedule in config/celery.py)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+
+@shared_task(name="agentpay.tasks.run_agentpay_job")
+def run_agentpay_job(name: str) -> dict:
+    from agentpay.jobs import agentpay_job_run
+
+    run = agentpay_job_run(name)
+    return {"job": name, "examined": run.examined, "changed": run.changed, "refused": run.refused,
+            "errors": run.errors}
