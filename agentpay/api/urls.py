@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from agentpay.api import schema
+from agentpay.api import schema  # noqa: F401  (registers the API-key scheme extension)
 from agentpay.api.views import IntentDetailView, RouteCallView
 
 app_name = "agentpay"
@@ -17,6 +17,6 @@ urlpatterns = [
         "DESCRIPTION": "Pay-per-call gateway (seed 004): tenants call priced upstream routes with an API key and an "
                        "Idempotency-Key; errors are RFC 9457 problem documents.",
         "VERSION": "1",
-        "PREPROCESSING_HOOKS": [schema.only_agentpay],
+        "PREPROCESSING_HOOKS": ["agentpay.api.schema.only_agentpay"],
     }), name="schema"),
 ]

@@ -118,11 +118,11 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
     applied: list[tuple[Step, str, str]] = []
     for step in steps:
         manual = _is_manual(step, cause)
-        if manual:
-            _check_person(step, cause)
         verdict = step_verdict(lines, step.line, step.event, manual=manual)
         if not verdict.allowed:
             raise Refusal(verdict.code, verdict.detail, step)
+        if manual:  # after the tables: a terminal state is refused as terminal, whoever asks
+            _check_person(step, cause)
         effect = EFFECTS.get((step.line, step.event))
         if effect is not None:
             effect(ctx, step)

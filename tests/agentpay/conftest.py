@@ -100,7 +100,7 @@ def call(client, api_key):
         extra = {f"HTTP_{name.upper().replace('-', '_')}": value for name, value in headers.items()}
         if key is not None:
             extra["HTTP_IDEMPOTENCY_KEY"] = key
-        extra.setdefault("HTTP_AUTHORIZATION", f"Bearer {api_key}")
+        extra.setdefault("HTTP_AUTHORIZATION", f"Bearer {api_key}")  # authorization="…" overrides it
         url = f"/agentpay/v1/routes/{route}/run"
         if method == "get":
             return client.get(url, **extra)
