@@ -17,6 +17,7 @@ from django.db.models import Q
 from agentpay.bridge import now_is_not_ahead, trusted_now
 from agentpay.models import PaymentIntent
 from agentpay.services.acceptance import intent_accept
+from agentpay.services.effects import CRASH_RECOVERY_MARGIN_SECONDS
 from agentpay.services.recovery import (
     fulfillment_resolve_by_query,
     intent_assign_review_owner,
@@ -62,7 +63,7 @@ def fulfillment_status_query(run: JobSummary) -> None:
     """Ask the upstream about every unknown fulfillment of an authorized intent; and a call
     whose dispatcher vanished (in progress past its timeouts) is unknown, not in progress."""
     cause = Cause.job(run.job)
-    margin = timedelta(seconds=settings.AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS)
+    margin = timedelta(seconds=CRASH_RECOVERY_MARGIN_SECONDS)
     lost = (PaymentIntent.objects.filter(state="authorized", fulfillment__state="in_progress")
             .select_related("route", "fulfillment").order_by("fulfillment__dispatched_at")[:BATCH])
     for intent in lost:
@@ -72,9 +73,11 @@ def fulfillment_status_query(run: JobSummary) -> None:
             continue
         run.examined += 1
         run.count(intent_accept(intent_id=intent.intent_id, cause=cause, now=run.now, steps=[
-            Step("fulfillment", "upstream_timeout", {"error": "no answer recorded: the dispatcher was lost"})]),
+            Step("fulfillment", "upstream_timeout", {"cause": "crash_recovery",
+                                                     "error": "no answer recorded: the dispatcher was lost"})]),
             "upstream_timeout")
-    unknown = (PaymentIntent.objects.filter(state="authorized", fulfillment__state="unknown")
+    # Evidence keeps applying after the recovery deadline (the spec's C04): needs_review too.
+    unknown = (PaymentIntent.objects.filter(state__in=["authorized", "needs_review"], fulfillment__state="unknown")
                .select_related("route", "fulfillment").order_by("fulfillment__unknown_since")[:BATCH])
     for intent in unknown:
         run.examined += 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentpay.composite import NEEDS_REVIEW_STATUSES, UnreachablePair, display_status
+from agentpay.composite import NEEDS_REVIEW_STATUSES, display_status_or_violation
 from agentpay.models import PaymentIntent
 from agentpay.states import Lines
 
@@ -16,10 +16,7 @@ def intent_lines(intent: PaymentIntent) -> Lines:
 
 
 def intent_display_status(intent: PaymentIntent) -> str:
-    try:
-        return display_status(intent_lines(intent))
-    except UnreachablePair:
-        return "UNREACHABLE_COMBINATION"  # a bug, shown rather than hidden
+    return display_status_or_violation(intent_lines(intent))  # INVARIANT_VIOLATION: a bug, shown
 
 
 def intent_composite_view(intent: PaymentIntent) -> dict[str, Any]:

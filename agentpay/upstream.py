@@ -4,9 +4,10 @@ Only plain functions that return what happened; they never run inside a transact
 caller commits `dispatch` first). The fulfillment id is the upstream's Idempotency-Key, so
 the status query can ask about exactly this call.
 
-Status query contract (the upstream implements it): `GET <status_query_url>/<ful_id>` answers
-200 with {"status": "succeeded" | "failed" | "not_found" | "in_progress"}. Only "succeeded" and
-"failed" move the fulfillment; anything else (and any error) leaves it unknown.
+Status query contract (the upstream implements it; wallet-ledger-spec §9.3):
+`GET <status_query_url>/<ful_id>` answers 200 with {"status": "succeeded" | "failed" |
+"not_found" | "in_progress", "fenced": bool}. "succeeded", "failed" and a fenced "not_found" on a
+route that declares `fences_not_found` move the fulfillment; anything else leaves it unknown.
 """
 
 from __future__ import annotations
@@ -73,11 +74,19 @@ def upstream_forward(*, route: PricedRoute, fulfillment_id: str, request_id: uui
     return UpstreamAnswer(outcome, status=status, body=data, content_type=response.getheader("Content-Type", ""))
 
 
-def upstream_status_query(*, route: PricedRoute, fulfillment_id: str) -> str:
+@dataclass(frozen=True)
+class StatusAnswer:
     """The upstream's word on one fulfillment: succeeded, failed, not_found, in_progress, or
-    `error: …` when it did not answer the contract."""
+    `error: …` when it did not answer the contract; `fenced` for a not_found that fences the key."""
+
+    answer: str
+    fenced: bool = False
+
+
+def upstream_status_query(*, route: PricedRoute, fulfillment_id: str) -> StatusAnswer:
+    """GET <status_query_url>/<ful_id> (wallet-ledger-spec §9.3)."""
     if not route.status_query_url:
-        return "error: the route has no status query URL"
+        return StatusAnswer("error: the route has no status query URL")
     url = route.status_query_url.rstrip("/") + "/" + quote(fulfillment_id)
     conn, target = _connection(url, settings.AGENTPAY_STATUS_QUERY_TIMEOUT_SECONDS)
     try:
@@ -85,13 +94,18 @@ def upstream_status_query(*, route: PricedRoute, fulfillment_id: str) -> str:
         response = conn.getresponse()
         data = response.read()
     except (http.client.HTTPException, OSError) as exc:
-        return f"error: {type(exc).__name__}: {exc}"
+        return StatusAnswer(f"error: {type(exc).__name__}: {exc}")
     finally:
         conn.close()
-    if response.status == 404:
-        return "not_found"
+    if response.status != 200:  # only a 200 counts (§9.3); a 404 page is not "not found"
+        return StatusAnswer(f"error: HTTP {response.status}")
     try:
-        status = json.loads(data)["status"]
+        body = json.loads(data)
+        status = body["status"]
     except (ValueError, KeyError, TypeError):
-        return f"error: HTTP {response.status}, not the status contract"
-    return status if status in ("succeeded", "failed", "not_found", "in_progress") else f"error: status {status!r}"
+        return StatusAnswer("error: not the status contract")
+    if body.get("fulfillment_id", fulfillment_id) != fulfillment_id:
+        return StatusAnswer(f"error: the answer is about {str(body.get('fulfillment_id'))[:64]}")
+    if status not in ("succeeded", "failed", "not_found", "in_progress"):
+        return StatusAnswer(f"error: status {str(status)[:40]!r}")
+    return StatusAnswer(status, fenced=status == "not_found" and body.get("fenced") is True)

@@ -15,3 +15,5 @@ AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS = int(os.environ.get("AGENTPAY_PROCESSI
 AGENTPAY_MAX_BODY_BYTES = int(os.environ.get("AGENTPAY_MAX_BODY_BYTES", str(1024 * 1024)))
 AGENTPAY_LOGGED_BODY_BYTES = int(os.environ.get("AGENTPAY_LOGGED_BODY_BYTES", str(64 * 1024)))
 AGENTPAY_STATUS_QUERY_TIMEOUT_SECONDS = float(os.environ.get("AGENTPAY_STATUS_QUERY_TIMEOUT_SECONDS", "5"))
+# Every tenant gets a wallet in this currency when it is set up (services.tenants.tenant_create).
+AGENTPAY_DEFAULT_CURRENCY = os.environ.get("AGENTPAY_DEFAULT_CURRENCY", "usd").lower()

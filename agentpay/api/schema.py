@@ -71,8 +71,8 @@ GATEWAY_ERRORS = {
     code: OpenApiResponse(ProblemSerializer, description=text) for code, text in {
         400: "Bad input: missing/oversize/invalid Idempotency-Key, malformed JSON, invalid amount",
         401: "No or invalid API key",
-        402: "Insufficient balance (never a fallback to the chain)",
-        403: "Policy denied (tenant frozen, or its subscription allows no API calls)",
+        402: "Insufficient balance, or no wallet (never a fallback to the chain)",
+        403: "Policy denied (tenant frozen, or its subscription allows no API calls), or the wallet is frozen",
         404: "Unknown route",
         405: "Method not allowed for this route",
         409: "Same Idempotency-Key in flight",

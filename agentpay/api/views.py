@@ -158,7 +158,7 @@ class RouteCallView(_AgentPayView):
             resumable = intent.state not in INTENT_TERMINAL and intent.fulfillment.state == "not_started"
             if not resumable or not intent_claim_lease(intent=intent, now=now):
                 if intent.processing_until is not None and intent.processing_until > now:
-                    return problem(409, "request-in-flight", "A request with this Idempotency-Key is in flight",
+                    return problem(409, "idempotency-in-flight", "A request with this Idempotency-Key is in flight",
                                    "retry after it has finished; the replay will show its outcome",
                                    intent_id=intent.intent_id, headers={"Retry-After": "1"})
                 return _replay(intent)
@@ -172,6 +172,18 @@ class RouteCallView(_AgentPayView):
         return _answer(intent, driven)
 
 
+# Why the wallet flow stopped short → (status, problem slug, title, advice). The spec's C07.
+REFUSAL_ANSWERS = {
+    "POLICY_DENIED": (403, "policy-denied", "The tenant may not make this call", ""),
+    "CURRENCY_MISMATCH": (422, "currency-mismatch", "The route's currency has no wallet", ""),
+    "NO_WALLET": (402, "no-wallet", "The tenant has no wallet", "; ask support to set the wallet up"),
+    "INSUFFICIENT_BALANCE": (402, "insufficient-balance", "Insufficient balance",
+                             "; top up the wallet (no on-chain payment was attempted)"),
+    "WALLET_FROZEN": (403, "wallet-frozen", "The wallet is frozen", "; ask support (no on-chain payment was "
+                                                                    "attempted)"),
+}
+
+
 def _replay(intent: PaymentIntent) -> JsonResponse:
     view = intent_composite_view(intent)
     return JsonResponse(view, headers={"Idempotent-Replayed": "true", "AgentPay-Intent": intent.intent_id,
@@ -182,13 +194,10 @@ def _answer(intent: PaymentIntent, driven: Driven) -> HttpResponse:
     view = intent_composite_view(intent)
     ids_headers = {"AgentPay-Intent": intent.intent_id, "AgentPay-Display-Status": view["display_status"]}
     where: dict[str, Any] = {"intent_id": intent.intent_id, "display_status": view["display_status"]}
-    if driven.refusal == "POLICY_DENIED":
-        return problem(403, "policy-denied", "The tenant may not make this call", driven.detail, headers=ids_headers,
-                       **where)
-    if driven.refusal == "INSUFFICIENT_BALANCE":
-        return problem(402, "insufficient-balance", "Insufficient balance",
-                       f"{driven.detail}; top up the wallet (no on-chain payment was attempted)",
-                       headers=ids_headers, **where)
+    if driven.refusal in REFUSAL_ANSWERS:
+        # seed §1: none of these falls back to the chain, and none carries PAYMENT-REQUIRED.
+        status, slug, title, advice = REFUSAL_ANSWERS[driven.refusal]
+        return problem(status, slug, title, driven.detail + advice, headers=ids_headers, **where)
     answer = driven.answer
     if answer is not None and answer.outcome in ("2xx", "4xx") and driven.outcome.accepted:
         response = HttpResponse(answer.body, status=answer.status,
@@ -200,7 +209,7 @@ def _answer(intent: PaymentIntent, driven: Driven) -> HttpResponse:
         status = 502 if answer.outcome == "5xx" else 504
         what = f"the upstream answered {answer.status}" if answer.status else f"the upstream gave no answer " \
                                                                               f"({answer.error[:120]})"
-        return problem(status, "upstream-outcome-unknown", "The upstream's outcome is unknown",
+        return problem(status, "fulfillment-unknown", "The upstream's outcome is unknown",
                        f"{what}; whether it acted is unknown, so the hold of {intent.amount} {intent.currency} is "
                        f"kept and nothing is billed until its status query or a billing lead decides",
                        headers=ids_headers, fulfillment_id=view["fulfillment"]["fulfillment_id"],

@@ -40,6 +40,9 @@ class LedgerAccount(models.Model):
     credits_posted = models.BigIntegerField(default=0)
     debits_pending = models.BigIntegerField(default=0)
     credits_pending = models.BigIntegerField(default=0)
+    # wallet-ledger-spec §3.2: a frozen wallet takes no new hold (hold_failed, account_frozen);
+    # its open holds are still captured or released.
+    frozen = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -12,7 +12,7 @@ CURRENCY = RegexValidator(r"^[a-z]{3}$", "a lower-case ISO 4217 code, e.g. usd")
 
 class TenantStatus(models.TextChoices):
     ACTIVE = "active", "Active"
-    FROZEN = "frozen", "Frozen (every call is refused: policy_denied)"
+    FROZEN = "frozen", "Frozen (every call is refused: policy_denied)"  # a frozen wallet is LedgerAccount.frozen
 
 
 class Tenant(models.Model):
@@ -66,6 +66,9 @@ class PricedRoute(models.Model):
     read_timeout_seconds = models.FloatField(default=30.0)
     # The upstream's idempotent status query: GET <status_query_url>/<ful_id>.
     status_query_url = models.URLField(blank=True, default="")
+    # wallet-ledger-spec §9.4: the upstream promises that its `not_found` answer fences the key
+    # (a later call with it is refused), so a fenced not_found proves "not executed".
+    fences_not_found = models.BooleanField(default=False)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from django.db import OperationalError, transaction
 
 from agentpay.bridge import trusted_now
-from agentpay.composite import UnreachablePair, display_status
+from agentpay.composite import INVARIANT_VIOLATION, display_status_or_violation
 from agentpay.models import (
     AccountKind,
     Fulfillment,
@@ -92,13 +92,14 @@ def lines_of(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfill
 
 
 def _is_manual(step: Step, cause: Cause) -> bool:
-    return bool(step.data.get("manual")) or (step.line == INTENT and step.event in MANUAL_INTENT_EVENTS)
+    """A person's step: a resolution of a needs-review intent, or an attestation (`source: manual`)."""
+    return step.data.get("source") == "manual" or (step.line == INTENT and step.event in MANUAL_INTENT_EVENTS)
 
 
 def _check_person(step: Step, cause: Cause) -> None:
     """A manual resolution is a billing lead's, with a reason and a ticket."""
     if cause.kind != "user" or cause.user is None:
-        raise Refusal("MANUAL_ONLY", f"{step.event} is a billing lead's resolution", step)
+        raise Refusal("MANUAL_ONLY", f"{step.event} from a person is a billing lead's, not {cause.actor}'s", step)
     if not cause.user.has_perm(REVIEW_PERMISSION):
         raise Refusal("NOT_PERMITTED", f"{cause.actor} may not resolve a needs-review intent", step)
     if not cause.reason.strip() or not cause.ticket.strip():
@@ -164,11 +165,10 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
 
 
 def _display(lines: Lines) -> str:
-    try:
-        return display_status(lines)
-    except UnreachablePair:
+    status = display_status_or_violation(lines)
+    if status == INVARIANT_VIOLATION:
         log.error("no display status for %s", lines)
-        return ""
+    return status
 
 
 def _storable(data: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from agentpay.bridge import now_is_not_ahead
-from agentpay.models import Fulfillment, LedgerAccount, PaymentIntent, Settlement, TenantStatus
+from agentpay.models import Fulfillment, IntentReceipt, LedgerAccount, PaymentIntent, PricedRoute, Settlement
 from agentpay.services.ledger import LedgerRefusal, ledger_capture, ledger_hold, ledger_release
 from agentpay.services.results import Cause, Refusal, Step
 from agentpay.states import FULFILLMENT, INTENT, SETTLEMENT
@@ -35,6 +35,8 @@ class EffectContext:
 
 
 Effect = Callable[[EffectContext, Step], None]
+# A call still in progress this long after its timeouts lost its dispatcher (wallet-ledger-spec §9.2).
+CRASH_RECOVERY_MARGIN_SECONDS = 60
 
 
 def _not_ahead(ctx: EffectContext, step: Step) -> None:
@@ -44,21 +46,29 @@ def _not_ahead(ctx: EffectContext, step: Step) -> None:
                                                  f"{clock.isoformat()}", step)
 
 
-def _wallet_shortfall(ctx: EffectContext) -> str:
-    """Why the wallet cannot hold this intent's amount ('' when it can)."""
-    if ctx.intent.tenant.status == TenantStatus.FROZEN:
-        return "the tenant's wallet is frozen"
+def _wallet_shortfall(ctx: EffectContext) -> tuple[str, str]:
+    """(reason, detail) why the wallet cannot hold this intent's amount; ('', '') when it can."""
     if ctx.wallet is None:
-        return f"the tenant has no {ctx.intent.currency} wallet (available 0)"
+        return "no_wallet", f"the tenant has no {ctx.intent.currency} wallet"
+    if ctx.wallet.frozen:
+        return "account_frozen", "the tenant's wallet is frozen"
     if ctx.wallet.available < ctx.intent.amount:
-        return f"available {ctx.wallet.available} {ctx.wallet.currency}, the call costs {ctx.intent.amount}"
-    return ""
+        return "insufficient_balance", (f"available {ctx.wallet.available} {ctx.wallet.currency}, the call costs "
+                                        f"{ctx.intent.amount}")
+    return "", ""
+
+
+def _amount_is_the_intents(ctx: EffectContext, step: Step, amount: int) -> None:
+    asked = step.data.get("amount")
+    if asked is not None and asked != amount:
+        raise Refusal("AMOUNT_MISMATCH", f"asked for {asked}, the amount is {amount} (no partial capture)", step)
 
 
 def hold_acquired(ctx: EffectContext, step: Step) -> None:
-    shortfall = _wallet_shortfall(ctx)
-    if shortfall:
-        raise Refusal("INSUFFICIENT_BALANCE", shortfall, step)
+    _amount_is_the_intents(ctx, step, ctx.intent.amount)
+    reason, shortfall = _wallet_shortfall(ctx)
+    if reason:
+        raise Refusal("WALLET_FROZEN" if reason == "account_frozen" else "INSUFFICIENT_BALANCE", shortfall, step)
     try:
         ctx.settlement.hold = ledger_hold(wallet=ctx.wallet, amount=ctx.intent.amount, intent=ctx.intent,
                                           actor=ctx.cause.actor, now=ctx.now)
@@ -69,8 +79,12 @@ def hold_acquired(ctx: EffectContext, step: Step) -> None:
 
 def hold_failed(ctx: EffectContext, step: Step) -> None:
     # A failure has to be true: a wallet that could hold the amount is not failed.
-    if not _wallet_shortfall(ctx):
+    reason, _ = _wallet_shortfall(ctx)
+    if not reason:
         raise Refusal("HOLD_POSSIBLE", f"available {ctx.wallet.available} covers {ctx.intent.amount}", step)
+    said = step.data.get("reason")
+    if said is not None and said != reason and not (said == "insufficient_balance" and reason == "no_wallet"):
+        raise Refusal("HOLD_FAILED_FOR_ANOTHER_REASON", f"the hold fails for {reason}, not {said}", step)
 
 
 def _resolve_hold(resolve: Callable[..., Any]) -> Effect:
@@ -78,6 +92,7 @@ def _resolve_hold(resolve: Callable[..., Any]) -> Effect:
         hold = ctx.settlement.hold
         if hold is None:
             raise Refusal("NO_HOLD", f"settlement {ctx.settlement.settlement_id} has no hold", step)
+        _amount_is_the_intents(ctx, step, hold.amount)
         try:
             resolve(hold=hold, actor=ctx.cause.actor, now=ctx.now, reason=ctx.cause.reason, ticket=ctx.cause.ticket)
         except LedgerRefusal as refusal:
@@ -87,14 +102,35 @@ def _resolve_hold(resolve: Callable[..., Any]) -> Effect:
 
 
 def dispatch(ctx: EffectContext, step: Step) -> None:
-    f = ctx.fulfillment
-    f.dispatched_at = ctx.now
-    f.recovery_deadline = ctx.now + timedelta(seconds=settings.AGENTPAY_RECOVERY_DEADLINE_SECONDS)
-    ctx.fulfillment_fields |= {"dispatched_at", "recovery_deadline"}
+    ctx.fulfillment.dispatched_at = ctx.now
+    ctx.fulfillment_fields.add("dispatched_at")
+
+
+def upstream_timeout_seconds(route: PricedRoute) -> float:
+    """How long one forwarded call may take: connect + the full answer."""
+    return route.connect_timeout_seconds + route.read_timeout_seconds
+
+
+def _status_fits(step: Step) -> None:
+    """The observation must be what the event says (the spec's observation_mapping)."""
+    status, event = step.data.get("status"), step.event
+    klass = None if status is None else int(status) // 100
+    if event == "upstream_2xx" and (klass not in (None, 2) or step.data.get("body_complete") is False):
+        raise Refusal("NOT_A_COMPLETE_2XX", f"status {status}, body complete: {step.data.get('body_complete')}", step)
+    if event == "upstream_4xx" and klass not in (None, 4):
+        raise Refusal("NOT_A_4XX", f"status {status} is not a 4xx", step)
+    if event == "upstream_5xx" and klass in (2, 4):
+        raise Refusal("NOT_AN_UNKNOWN_ANSWER", f"status {status} is conclusive", step)
 
 
 def upstream_answer(ctx: EffectContext, step: Step) -> None:
+    _status_fits(step)
     f = ctx.fulfillment
+    if step.data.get("cause") == "crash_recovery":
+        lost_after = timedelta(seconds=upstream_timeout_seconds(ctx.intent.route) + CRASH_RECOVERY_MARGIN_SECONDS)
+        if f.dispatched_at is None or f.dispatched_at + lost_after > ctx.now:
+            raise Refusal("DISPATCHER_MAY_BE_ALIVE", f"dispatched at {f.dispatched_at}; lost only after "
+                                                     f"{lost_after.total_seconds():.0f} s", step)
     status = step.data.get("status")
     if status is not None:
         f.upstream_status_code = int(status)
@@ -103,8 +139,42 @@ def upstream_answer(ctx: EffectContext, step: Step) -> None:
         f.upstream_error = str(step.data["error"])[:2000]
         ctx.fulfillment_fields.add("upstream_error")
     if step.event in ("upstream_5xx", "upstream_timeout"):
+        # seed §4.1: the recovery deadline counts from the moment the outcome became unknown.
         f.unknown_since = ctx.now
-        ctx.fulfillment_fields.add("unknown_since")
+        f.recovery_deadline = ctx.now + timedelta(seconds=settings.AGENTPAY_RECOVERY_DEADLINE_SECONDS)
+        ctx.fulfillment_fields |= {"unknown_since", "recovery_deadline"}
+
+
+def status_query_evidence(ctx: EffectContext, step: Step) -> None:
+    """What proves an unknown fulfillment's outcome (wallet-ledger-spec §9.3, §9.4): the upstream's
+    status query answering succeeded / failed / a fenced not_found, or a billing lead's
+    attestation (`source: manual`, checked by the acceptance service)."""
+    source, answer = step.data.get("source"), step.data.get("answer")
+    if source == "manual":
+        return
+    if source != "status_query":
+        raise Refusal("NO_EVIDENCE", f"{step.event} needs a status-query answer or a billing lead's attestation",
+                      step)
+    if step.event == "upstream_status_query_ok":
+        if answer != "succeeded":
+            raise Refusal("NOT_EVIDENCE", f"the status query answered {answer!r}, not succeeded", step)
+        return
+    if answer == "failed":
+        return
+    if answer != "not_found":
+        raise Refusal("NOT_EVIDENCE", f"the status query answered {answer!r}, not failed", step)
+    route, since = ctx.intent.route, ctx.fulfillment.unknown_since
+    if step.data.get("fenced") is not True or not route.fences_not_found:
+        raise Refusal("NOT_FOUND_UNFENCED", "not_found is evidence only when fenced, on a route that fences it", step)
+    closed_for = (ctx.now - since).total_seconds() if since else 0.0
+    if closed_for < upstream_timeout_seconds(route):
+        raise Refusal("NOT_FOUND_TOO_EARLY", f"asked {closed_for:.0f} s after our connection closed; the call may "
+                                             f"take {upstream_timeout_seconds(route):.0f} s", step)
+
+
+def manual_resolved_failed(ctx: EffectContext, step: Step) -> None:
+    if ctx.settlement.state == "confirmed" and step.data.get("refund_obligation") != "recorded":
+        raise Refusal("REFUND_NOT_RECORDED", "a paid, undelivered call closes once its refund is recorded", step)
 
 
 def deadline_passed(ctx: EffectContext, step: Step) -> None:
@@ -112,6 +182,13 @@ def deadline_passed(ctx: EffectContext, step: Step) -> None:
     deadline = ctx.fulfillment.recovery_deadline
     if deadline is None or deadline > ctx.now:
         raise Refusal("DEADLINE_NOT_REACHED", f"the recovery deadline is {deadline and deadline.isoformat()}", step)
+
+
+def fulfillment_deadline_passed(ctx: EffectContext, step: Step) -> None:
+    """The fulfillment's self-loop is recorded once (the spec's choice C02)."""
+    deadline_passed(ctx, step)
+    if IntentReceipt.objects.filter(intent=ctx.intent, line=FULFILLMENT, event=step.event, accepted=True).exists():
+        raise Refusal("DEADLINE_ALREADY_RECORDED", "the recovery deadline of this fulfillment is recorded", step)
 
 
 def intent_needs_review(ctx: EffectContext, step: Step) -> None:
@@ -141,7 +218,10 @@ EFFECTS: dict[tuple[str, str], Effect] = {
     (FULFILLMENT, "upstream_4xx"): upstream_answer,
     (FULFILLMENT, "upstream_5xx"): upstream_answer,
     (FULFILLMENT, "upstream_timeout"): upstream_answer,
-    (FULFILLMENT, "recovery_deadline_exceeded"): deadline_passed,
+    (FULFILLMENT, "upstream_status_query_ok"): status_query_evidence,
+    (FULFILLMENT, "upstream_status_query_failed"): status_query_evidence,
+    (FULFILLMENT, "recovery_deadline_exceeded"): fulfillment_deadline_passed,
+    (INTENT, "manual_resolved_failed"): manual_resolved_failed,
     (INTENT, "recovery_deadline_exceeded"): intent_needs_review,
     (INTENT, "challenge_issued"): challenge_issued,
     (INTENT, "timeout"): challenge_timeout,

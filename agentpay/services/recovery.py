@@ -20,14 +20,21 @@ from agentpay.bridge import trusted_now
 from agentpay.models import Fulfillment, IntentReceipt, PaymentIntent
 from agentpay.services.acceptance import REVIEW_PERMISSION, intent_accept
 from agentpay.services.results import Cause, Outcome, Refusal, Step
-from agentpay.upstream import upstream_status_query
+from agentpay.upstream import StatusAnswer, upstream_status_query
 
-QUERY_STEPS = {
-    "succeeded": [Step("fulfillment", "upstream_status_query_ok"), Step("settlement", "capture"),
-                  Step("intent", "settlement_confirmed")],
-    "failed": [Step("fulfillment", "upstream_status_query_failed"), Step("settlement", "release"),
-               Step("intent", "settlement_released")],
-}
+
+def _query_steps(answer: StatusAnswer, intent: PaymentIntent) -> list[Step]:
+    """The steps a status-query answer proves; [] when it proves nothing (§9.3)."""
+    evidence = {"source": "status_query", "answer": answer.answer, "fenced": answer.fenced}
+    # Evidence applies in needs_review too (C04); only the intent waits for a person.
+    close = intent.state == "authorized"
+    if answer.answer == "succeeded":
+        return [Step("fulfillment", "upstream_status_query_ok", evidence), Step("settlement", "capture"),
+                *([Step("intent", "settlement_confirmed")] if close else [])]
+    if answer.answer == "failed" or (answer.answer == "not_found" and answer.fenced):
+        return [Step("fulfillment", "upstream_status_query_failed", evidence), Step("settlement", "release"),
+                *([Step("intent", "settlement_released")] if close else [])]
+    return []
 
 
 def fulfillment_resolve_by_query(*, intent: PaymentIntent, cause: Cause, now: datetime) -> tuple[str, Outcome | None]:
@@ -38,12 +45,11 @@ def fulfillment_resolve_by_query(*, intent: PaymentIntent, cause: Cause, now: da
     # Bookkeeping only (not a state): how often and what we asked, for the review queue.
     Fulfillment.objects.filter(pk=fulfillment.pk).update(status_queries=F("status_queries") + 1,
                                                          last_status_query_at=now,
-                                                         last_status_query_answer=answer[:64])
-    if answer not in QUERY_STEPS:
-        return answer, None
-    steps = [Step(s.line, s.event, {"status_query": answer}) if s.line == "fulfillment" else s
-             for s in QUERY_STEPS[answer]]
-    return answer, intent_accept(intent_id=intent.intent_id, steps=steps, cause=cause, now=now)
+                                                         last_status_query_answer=answer.answer[:64])
+    steps = _query_steps(answer, intent)
+    if not steps:
+        return answer.answer, None
+    return answer.answer, intent_accept(intent_id=intent.intent_id, steps=steps, cause=cause, now=now)
 
 
 def intent_pass_recovery_deadline(*, intent: PaymentIntent, cause: Cause, now: datetime) -> Outcome:
@@ -91,9 +97,23 @@ def review_take_ownership(*, intent_id: str, user: Any, reason: str, ticket: str
 
 
 def review_resolve(*, intent_id: str, delivered: bool, user: Any, reason: str, ticket: str) -> Outcome:
-    """A billing lead's verdict on a needs-review intent: delivered → capture →
-    manual_resolved_confirmed; not delivered → release → manual_resolved_failed."""
-    steps = ([Step("settlement", "capture", {"manual": True}), Step("intent", "manual_resolved_confirmed")]
-             if delivered else
-             [Step("settlement", "release", {"manual": True}), Step("intent", "manual_resolved_failed")])
-    return intent_accept(intent_id=intent_id, steps=steps, cause=Cause.person(user, reason=reason, ticket=ticket))
+    """A billing lead's verdict on a needs-review intent (wallet-ledger-spec §9.6, choice C03).
+
+    Delivered: attest `upstream_status_query_ok` (source manual) while the fulfillment is still
+    unknown, capture while the hold is still open, then `manual_resolved_confirmed`. Not
+    delivered: the same with `upstream_status_query_failed`, release, `manual_resolved_failed`.
+    Steps evidence has already taken are skipped; the verdict must agree with what evidence
+    proved (a person cannot contradict a terminal state), or the whole action is refused.
+    """
+    intent = PaymentIntent.objects.select_related("fulfillment").get(intent_id=intent_id)
+    settlement = intent.settlements.order_by("-pk").first()
+    attest = {"source": "manual", "actor_role": "billing_lead"}
+    steps: list[Step] = []
+    if intent.fulfillment.state == "unknown":
+        steps.append(Step("fulfillment", "upstream_status_query_ok" if delivered else "upstream_status_query_failed",
+                          attest))
+    if settlement is not None and settlement.state == "held":
+        steps.append(Step("settlement", "capture" if delivered else "release"))
+    steps.append(Step("intent", "manual_resolved_confirmed" if delivered else "manual_resolved_failed", attest))
+    return intent_accept(intent_id=intent_id, steps=steps, cause=Cause.person(user, reason=reason, ticket=ticket),
+                         expect_generation=intent.generation)

@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentpay.states import Lines
+from agentpay.states import GUARD_FAILED, LINES, Lines, guard_of, refusal_class
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,20 @@ class Outcome:
     detail: str = ""
     refused_step: Step | None = None
     receipt_ids: tuple[int, ...] = ()
+
+    @property
+    def refusal(self) -> str:
+        """The conformance file's refusal class: terminal_state, rail_mismatch, no_transition,
+        guard_failed ('' when accepted)."""
+        return "" if self.accepted else refusal_class(self.refusal_code)
+
+    @property
+    def guard(self) -> str:
+        """The name of the guard that failed (only for guard_failed)."""
+        if self.refusal != GUARD_FAILED or self.refused_step is None:
+            return ""
+        step = self.refused_step
+        return guard_of(step.line, self.lines.state(step.line), step.event) if step.line in LINES else ""
 
     @property
     def display_status(self) -> str:

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from agentpay.bridge import ApiAccess, trusted_now
-from agentpay.models import PaymentIntent, TenantStatus
+from agentpay.models import AccountKind, LedgerAccount, PaymentIntent, TenantStatus
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.results import Cause, Outcome, Step
 from agentpay.upstream import UpstreamAnswer, upstream_forward
@@ -26,6 +26,28 @@ ANSWER_STEPS = {
     "5xx": ("upstream_5xx", []),  # hold kept: the upstream may have acted
     "timeout": ("upstream_timeout", []),
 }
+
+
+# Why a hold is refused (the effect's code) → the hold_failed reason.
+HOLD_REFUSALS = {"INSUFFICIENT_BALANCE": "insufficient_balance", "WALLET_FROZEN": "account_frozen"}
+# A policy_denied reason → how the gateway answers it.
+POLICY_REFUSALS = {"currency_mismatch": "CURRENCY_MISMATCH", "no_wallet": "NO_WALLET"}
+
+
+def _policy_refusal(intent: PaymentIntent, access: ApiAccess) -> tuple[str, str]:
+    """(reason, detail) of a policy refusal at authorization; ('', '') when the call may go on."""
+    if intent.tenant.status == TenantStatus.FROZEN:
+        return "tenant_frozen", "the tenant is frozen"
+    if not access.allowed:
+        return "entitlement_denies_api_tokens", access.detail
+    currencies = set(LedgerAccount.objects.filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id)
+                     .values_list("currency", flat=True))
+    if not currencies:
+        return "no_wallet", "the tenant has no wallet; one is made when the tenant is set up (tenant_create)"
+    if intent.currency not in currencies:
+        return "currency_mismatch", (f"the route is priced in {intent.currency}; the tenant's wallet is in "
+                                     f"{', '.join(sorted(currencies))}")
+    return "", ""
 
 
 @dataclass(frozen=True)
@@ -47,18 +69,20 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
         settlement = intent.settlements.order_by("-pk").first()
         fulfillment = intent.fulfillment
         if intent.state == "created":
-            if intent.tenant.status == TenantStatus.FROZEN or not access.allowed:
-                why = "the tenant is frozen" if intent.tenant.status == TenantStatus.FROZEN else access.detail
-                last = _accept(intent, cause, Step("intent", "policy_denied", {"reason": why}))
-                return Driven(last, refusal="POLICY_DENIED", detail=why)
+            reason, why = _policy_refusal(intent, access)
+            if reason:
+                last = _accept(intent, cause, Step("intent", "policy_denied", {"reason": reason, "detail": why}))
+                return Driven(last, refusal=POLICY_REFUSALS.get(reason, "POLICY_DENIED"), detail=why)
             last = _accept(intent, cause, Step("intent", "payload_verified", {"api_key": "verified"}))
         elif intent.state == "authorized" and settlement.state == "not_started":
-            last = _accept(intent, cause, Step("settlement", "hold_acquired"))
-            if not last.accepted and last.refusal_code == "INSUFFICIENT_BALANCE":
+            last = _accept(intent, cause, Step("settlement", "hold_acquired", {"amount": intent.amount}))
+            if not last.accepted and last.refusal_code in HOLD_REFUSALS:
                 # seed §1: too little balance is a 402, never a fallback to the chain.
-                failed = _accept(intent, cause, Step("settlement", "hold_failed", {"why": last.detail}),
+                reason = HOLD_REFUSALS[last.refusal_code]
+                failed = _accept(intent, cause, Step("settlement", "hold_failed", {"reason": reason,
+                                                                                   "detail": last.detail}),
                                  Step("intent", "settlement_failed"))
-                return Driven(failed, refusal="INSUFFICIENT_BALANCE", detail=last.detail)
+                return Driven(failed, refusal=last.refusal_code, detail=last.detail)
         elif intent.state == "authorized" and settlement.state == "held" and fulfillment.state == "not_started":
             last = _accept(intent, cause, Step("fulfillment", "dispatch"))
             if last.accepted:

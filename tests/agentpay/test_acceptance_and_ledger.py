@@ -104,8 +104,8 @@ def test_the_composite_view_names_every_reachable_combination():
     reachable = _reachable()
     assert len(reachable) > 20
     statuses = {lines: display_status(lines) for lines in reachable}  # raises UnreachablePair if one is missing
-    assert statuses[Lines("wallet", "authorized", "held", "unknown")] == "WALLET_HOLD_FULFILLMENT_UNKNOWN_NEEDS_REVIEW"
-    assert statuses[Lines("wallet", "failed", "failed", "not_started")] == "INSUFFICIENT_BALANCE"
+    assert statuses[Lines("wallet", "authorized", "held", "unknown")] == "WALLET_HOLD_NEEDS_REVIEW"
+    assert statuses[Lines("wallet", "failed", "failed", "not_started")] == "PAYMENT_FAILED"
     assert statuses[Lines("wallet", "created", "not_started", "not_started")] == "AWAITING_AUTHORIZATION"
     assert statuses[Lines("wallet", "failed", "released", "failed")] == "RELEASED_UNBILLED"
     with pytest.raises(UnreachablePair):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentpay.api.auth import tenant_api_key_create
 from agentpay.models import GatewayRequest, IntentReceipt, LedgerAccount, PaymentIntent
 
 pytestmark = pytest.mark.django_db
@@ -45,12 +46,12 @@ def test_5xx_timeout_or_drop_is_unknown_and_keeps_the_hold(funded, routes, call,
     response = call(route)
     assert response.status_code == status
     body = response.json()
-    assert body["type"].endswith("/upstream-outcome-unknown")
+    assert body["type"].endswith("/fulfillment-unknown")
     assert "hold" in body["detail"] and body["hold_id"].startswith("hld_")
     intent = PaymentIntent.objects.get(intent_id=body["intent_id"])
     assert (intent.state, intent.settlements.get().state, intent.fulfillment.state) == ("authorized", "held",
                                                                                          "unknown")
-    assert body["display_status"] == "WALLET_HOLD_FULFILLMENT_UNKNOWN_NEEDS_REVIEW"
+    assert body["display_status"] == "WALLET_HOLD_NEEDS_REVIEW"
     w = wallet(funded)
     assert (w.available, w.debits_pending, w.debits_posted) == (850, 150, 0)
 
@@ -63,14 +64,16 @@ def test_insufficient_balance_is_402_and_never_the_chain(funded, routes, upstrea
     assert (intent.state, intent.settlements.get().state, intent.fulfillment.state) == ("failed", "failed",
                                                                                          "not_started")
     assert intent.settlements.get().rail == "wallet" and intent.settlements.count() == 1
-    assert response.json()["display_status"] == "INSUFFICIENT_BALANCE"
+    assert response.json()["display_status"] == "PAYMENT_FAILED"  # seed §5: failed + not_started
     assert upstream.calls == []
     refused = IntentReceipt.objects.get(intent=intent, accepted=False)
     assert (refused.event, refused.refusal_code) == ("hold_acquired", "INSUFFICIENT_BALANCE")
 
 
-def test_a_tenant_without_a_wallet_gets_402(tenant, routes, call):
-    assert call("ok").status_code == 402
+def test_a_tenant_without_a_wallet_gets_402_no_wallet(tenant, routes, call):
+    response = call("ok")
+    assert response.status_code == 402 and response.json()["type"].endswith("/no-wallet")
+    assert intent_of(response).state == "rejected"
 
 
 def test_frozen_tenant_is_policy_denied(funded, routes, upstream, call):
@@ -117,3 +120,15 @@ def test_intent_read_is_tenant_scoped(funded, routes, call, client, api_key):
     theirs = client.get(f"/agentpay/v1/intents/{intent_id}", HTTP_AUTHORIZATION=f"Bearer {other_key}")
     assert theirs.status_code == 404
     assert client.get(f"/agentpay/v1/intents/{intent_id}").status_code == 401
+
+
+def test_a_tenant_set_up_by_the_service_has_an_empty_wallet(db, routes, upstream, client):
+    from agentpay.services.tenants import tenant_create
+
+    tenant = tenant_create(name="Fresh agents")
+    assert LedgerAccount.objects.get(kind="wallet", tenant=tenant).available == 0
+    raw = tenant_api_key_create(tenant=tenant)[1]
+    response = client.post("/agentpay/v1/routes/ok/run", data=b"{}", content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {raw}", HTTP_IDEMPOTENCY_KEY="first")
+    assert response.status_code == 402 and response.json()["type"].endswith("/insufficient-balance")
+    assert upstream.calls == []

@@ -41,7 +41,7 @@ def test_the_same_key_while_in_flight_is_409(funded, routes, call):
     PaymentIntent.objects.update(processing_until=trusted_now() + timedelta(minutes=1))  # as if still running
     response = call("boom", "key-C")
     assert response.status_code == 409
-    assert response.json()["type"].endswith("/request-in-flight")
+    assert response.json()["type"].endswith("/idempotency-in-flight")
 
 
 @pytest.mark.django_db

@@ -76,8 +76,12 @@ def test_deadline_sends_to_review_with_an_owner_and_a_lead_resolves(funded, rout
     assert not refused.accepted and refused.refusal_code == "REASON_AND_TICKET_REQUIRED"
     outcome = review_resolve(intent_id=intent.intent_id, delivered=True, user=lead, reason="upstream log shows it",
                              ticket="OPS-7")
-    assert outcome.accepted and outcome.display_status == "COMPLETED_MANUALLY_RESOLVED"
-    assert lines(intent) == ("completed", "confirmed", "unknown")
+    # The lead attests delivery (source manual), then capture, then the resolution: no capture
+    # while the fulfillment is unknown, even for a person (the spec's C03).
+    assert outcome.accepted and outcome.display_status == "COMPLETED"
+    assert lines(intent) == ("completed", "confirmed", "succeeded")
+    attested = IntentReceipt.objects.get(intent=intent, event="upstream_status_query_ok", accepted=True)
+    assert (attested.data["source"], attested.actor, attested.ticket) == ("manual", "user:lead", "OPS-7")
     assert available(funded) == 850 and run.changed == 2
 
 
@@ -88,7 +92,7 @@ def test_not_delivered_releases(funded, routes, upstream, call, lead):
         agentpay_job_run("agentpay_recovery_deadline")
     outcome = review_resolve(intent_id=intent.intent_id, delivered=False, user=lead, reason="never arrived",
                              ticket="OPS-8")
-    assert outcome.accepted and lines(intent) == ("failed", "released", "unknown")
+    assert outcome.accepted and lines(intent) == ("failed", "released", "failed")
     assert available(funded) == 1000
 
 

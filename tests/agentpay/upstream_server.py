@@ -1,7 +1,8 @@
 """A real upstream HTTP API on loopback for the gateway tests (threaded http.server).
 
 The path chooses the behaviour: /ok (200 JSON), /bad (422), /boom (503), /hang (sleeps past the
-route's read timeout), /drop (answers 200 with a Content-Length it never fills, then closes).
+route's read timeout), /drop (answers 200 with a Content-Length it never fills, then closes),
+/code/<n> (answers status n: executed for 2xx and 5xx, not executed for 4xx; a 3xx redirects).
 Every call is remembered by its Idempotency-Key, and GET /status/<ful_id> implements the status
 query contract from what the server did (or from `status_override`).
 """
@@ -76,6 +77,16 @@ class Upstream:
                     self.wfile.write(b'{"result": "deliv')
                     self.wfile.flush()
                     self.close_connection = True
+                elif what == "code":
+                    status = int(self.path.split("?")[0].strip("/").split("/")[1])
+                    upstream.outcomes[key] = "failed" if 400 <= status < 500 else "succeeded"
+                    if 300 <= status < 400:
+                        self.send_response(status)
+                        self.send_header("Location", "/elsewhere")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                    else:
+                        self._json(status, {"status": status, "key": key})
                 else:
                     self._json(404, {"error": "no such thing"})
 
