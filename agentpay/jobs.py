@@ -18,6 +18,7 @@ from agentpay.bridge import now_is_not_ahead, trusted_now
 from agentpay.models import PaymentIntent
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.effects import CRASH_RECOVERY_MARGIN_SECONDS
+from agentpay.services.outbox import outbox_relay as agentpay_outbox_relay
 from agentpay.services.recovery import (
     fulfillment_resolve_by_query,
     intent_assign_review_owner,
@@ -108,10 +109,19 @@ def recovery_deadline(run: JobSummary) -> None:
         run.changed += 1
 
 
+def outbox_relay(run: JobSummary) -> None:
+    """Publish committed outbox rows to their consumers (agentpay.services.outbox)."""
+    relayed = agentpay_outbox_relay(now=run.now)
+    run.examined += relayed.published + relayed.failed + relayed.skipped
+    run.changed += relayed.published
+    run.errors += relayed.failed
+
+
 JOBS: dict[str, Callable[[JobSummary], None]] = {
     "agentpay_challenge_expiry": challenge_expiry,
     "agentpay_fulfillment_status_query": fulfillment_status_query,
     "agentpay_recovery_deadline": recovery_deadline,
+    "agentpay_outbox_relay": outbox_relay,
 }
 
 

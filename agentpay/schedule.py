@@ -7,6 +7,7 @@ JOB_CADENCE: dict[str, int] = {
     "agentpay_challenge_expiry": 30,  # seed §4.1: challenge TTL 300 s
     "agentpay_fulfillment_status_query": 30,
     "agentpay_recovery_deadline": 60,  # also gives every needs-review intent an owner
+    "agentpay_outbox_relay": 5,  # publishes committed outbox rows (agentpay.services.outbox)
 }
 
 

@@ -157,7 +157,8 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
         topic=OUTBOX_TOPIC, dedupe_key=f"{intent.intent_id}:{intent.generation}", intent=intent, created_at=now,
         payload={"intent_id": intent.intent_id, "generation": intent.generation, "rail": intent.rail,
                  "intent": lines.intent, "settlement": lines.settlement, "fulfillment": lines.fulfillment,
-                 "display_status": _display(lines), "events": [f"{s.line}.{s.event}" for s, _, _ in applied]})
+                 "display_status": _display(lines), "events": [f"{s.line}.{s.event}" for s, _, _ in applied],
+                 "request_id": str(cause.request_id) if cause.request_id else None, "actor": cause.actor})
     log.info("intent %s accepted %s → generation %s", intent.intent_id,
              ", ".join(f"{s.line}.{s.event}" for s, _, _ in applied), intent.generation)
     return Outcome(accepted=True, intent_id=intent.intent_id, lines=lines, generation=intent.generation,

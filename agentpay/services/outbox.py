@@ -1,0 +1,82 @@
+"""The outbox relay: AgentPay's outbox rows, published after their acceptance committed.
+
+The acceptance service writes one row per accepted change, in its own transaction; the relay
+only ever reads committed rows, so nothing is published for a change that rolled back. A row
+is claimed by compare-and-set (`claimed_until`), handed to every consumer of its topic, and
+marked published; a consumer that fails leaves the row unpublished with its error, for the next
+run. Delivery is at least once, so consumers are idempotent: they key on `dedupe_key`
+(`pi_…:<generation>`).
+
+What consumes the rows today: only the structured log line below (one JSON line per change,
+with the intent, its generation, display status and the `request_id` that caused it), which is
+what ops tooling and the request-log search read. No webhook to tenants or other effect exists
+yet; when one comes, it is a consumer here, deduplicating on `dedupe_key`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import F, Q
+
+from agentpay.models import OutboxMessage
+from agentpay.services.acceptance import OUTBOX_TOPIC
+
+events_log = logging.getLogger("agentpay.events")
+Consumer = Callable[[OutboxMessage], None]
+CLAIM_SECONDS = 60
+
+
+def log_intent_changed(message: OutboxMessage) -> None:
+    """One structured line per change (idempotent: a repeat carries the same dedupe_key)."""
+    p = message.payload
+    events_log.info(json.dumps({
+        "event": message.topic, "dedupe_key": message.dedupe_key, "request_id": p.get("request_id"),
+        "intent_id": p.get("intent_id"), "generation": p.get("generation"), "rail": p.get("rail"),
+        "intent": p.get("intent"), "settlement": p.get("settlement"), "fulfillment": p.get("fulfillment"),
+        "display_status": p.get("display_status"), "events": p.get("events"), "actor": p.get("actor")},
+        sort_keys=True))
+
+
+CONSUMERS: dict[str, list[Consumer]] = {OUTBOX_TOPIC: [log_intent_changed]}
+
+
+@dataclass
+class Relayed:
+    published: int = 0
+    failed: int = 0
+    skipped: int = 0  # claimed by another relay meanwhile
+
+
+def _claimable(now: datetime) -> Q:
+    return Q(published_at__isnull=True) & (Q(claimed_until__isnull=True) | Q(claimed_until__lte=now))
+
+
+def outbox_relay(*, now: datetime, batch: int = 200) -> Relayed:
+    """Publish up to `batch` committed, unpublished rows, oldest first."""
+    result = Relayed()
+    pks = list(OutboxMessage.objects.filter(_claimable(now)).order_by("created_at", "pk")
+               .values_list("pk", flat=True)[:batch])
+    for pk in pks:
+        claimed = OutboxMessage.objects.filter(_claimable(now), pk=pk).update(
+            claimed_until=now + timedelta(seconds=CLAIM_SECONDS), delivery_attempts=F("delivery_attempts") + 1)
+        if claimed != 1:
+            result.skipped += 1
+            continue
+        message = OutboxMessage.objects.get(pk=pk)
+        try:
+            for consumer in CONSUMERS.get(message.topic, []):
+                consumer(message)
+        except Exception as exc:  # a consumer's failure must not stop the others' rows
+            OutboxMessage.objects.filter(pk=pk).update(claimed_until=None, last_error=f"{type(exc).__name__}: "
+                                                                                      f"{exc}"[:2000])
+            result.failed += 1
+            continue
+        OutboxMessage.objects.filter(pk=pk, published_at__isnull=True).update(published_at=now, claimed_until=None,
+                                                                              last_error="")
+        result.published += 1
+    return result
