@@ -1,11 +1,12 @@
 from agentpay.models.audit import CauseKind, GatewayRequest, IntentReceipt, OutboxMessage
 from agentpay.models.ledger import AccountKind, LedgerAccount, Transfer, TransferKind
-from agentpay.models.payments import Fulfillment, PaymentIntent, Settlement
+from agentpay.models.payments import Fulfillment, PaymentIntent, ReviewQueueIntent, Settlement
 from agentpay.models.permissions import AgentPayConsole
 from agentpay.models.tenants import HttpMethod, PricedRoute, Tenant, TenantApiKey, TenantStatus
 
 __all__ = [
     "AccountKind", "AgentPayConsole", "CauseKind", "Fulfillment", "GatewayRequest", "HttpMethod", "IntentReceipt",
-    "LedgerAccount", "OutboxMessage", "PaymentIntent", "PricedRoute", "Settlement", "Tenant", "TenantApiKey",
+    "LedgerAccount", "OutboxMessage", "PaymentIntent", "PricedRoute", "ReviewQueueIntent", "Settlement", "Tenant",
+    "TenantApiKey",
     "TenantStatus", "Transfer", "TransferKind",
 ]

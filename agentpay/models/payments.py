@@ -109,3 +109,12 @@ class Fulfillment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.fulfillment_id} {self.state}"
+
+
+class ReviewQueueIntent(PaymentIntent):
+    """The admin's "Needs review" queue: intents in needs_review (a proxy: the same rows)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "needs-review intent"
+        verbose_name_plural = "needs review (queue)"

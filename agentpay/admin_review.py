@@ -1,0 +1,172 @@
+"""The needs-review actions (issue 17 item 7) and the wallet's staff credit, as admin views.
+
+Each view checks the permission (billing leads: `agentpay.resolve_review`,
+`agentpay.credit_wallet`), parses a form with a reason and a ticket, calls ONE service and says
+what happened; it saves nothing itself. A user without the permission sees no button, and a
+POST from them is refused (403).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from agentpay.models import GatewayRequest, IntentReceipt, LedgerAccount, OutboxMessage, PaymentIntent, Transfer
+from agentpay.selectors import intent_display_status
+from agentpay.services.acceptance import REVIEW_PERMISSION
+from agentpay.services.ledger import LedgerRefusal
+from agentpay.services.recovery import review_resolve, review_take_ownership
+from agentpay.services.results import Refusal
+from agentpay.services.topups import CREDIT_PERMISSION, wallet_staff_credit
+
+
+@dataclass(frozen=True)
+class ReviewAction:
+    label: str
+    permission: str
+    explain: str
+
+
+REVIEW_ACTIONS: dict[str, ReviewAction] = {
+    "take_ownership": ReviewAction(
+        "Take ownership", REVIEW_PERMISSION,
+        "You become this review's owner: colleagues see that you are on it. The previous owner stays named in the "
+        "timeline."),
+    "delivered": ReviewAction(
+        "Delivered — capture", REVIEW_PERMISSION,
+        "You attest that the upstream executed this call (say how you know). The fulfillment becomes succeeded, the "
+        "hold is captured (the tenant pays), and the intent is completed."),
+    "not_delivered": ReviewAction(
+        "Not delivered — release", REVIEW_PERMISSION,
+        "You attest that the upstream did not execute this call and never will (say how you know). The fulfillment "
+        "becomes failed, the hold is released (nothing is billed), and the intent is closed as failed."),
+}
+CREDIT_ACTION = ReviewAction(
+    "Staff credit", CREDIT_PERMISSION,
+    "Adds money to this wallet from the staff-credit account (goodwill, a correction). The ledger keeps the amount, "
+    "your name, the reason and the ticket; it cannot be edited afterwards.")
+
+
+class ReasonTicketForm(forms.Form):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                             help_text="Why, and how you know: kept on the intent's receipts.")
+    ticket = forms.CharField(max_length=128, help_text="Ticket reference, e.g. OPS-1234.")
+
+
+class CreditForm(ReasonTicketForm):
+    amount = forms.IntegerField(min_value=1, help_text="In minor units (cents), a whole positive number.")
+    field_order = ["amount", "reason", "ticket"]
+
+
+def _require(request: HttpRequest, action: ReviewAction) -> None:
+    if not request.user.has_perm(action.permission):
+        raise PermissionDenied(f"you may not: {action.label.lower()}")
+
+
+def _page(request: HttpRequest, model_admin: admin.ModelAdmin, *, obj: Any, action: ReviewAction,
+          form: forms.Form, summary: list[tuple[str, Any]], back_url: str) -> TemplateResponse:
+    opts = model_admin.model._meta
+    return TemplateResponse(request, "admin/agentpay/action.html", {
+        **model_admin.admin_site.each_context(request), "title": f"{action.label}: {obj}", "opts": opts,
+        "object": obj, "action": action, "form": form, "summary": summary, "back_url": back_url,
+        "changelist_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")})
+
+
+def intent_summary(intent: PaymentIntent) -> list[tuple[str, Any]]:
+    owner = intent.review_owner.get_username() if intent.review_owner_id else "nobody yet"
+    return [("Intent", intent.intent_id), ("Tenant", intent.tenant),
+            ("Amount", f"{intent.amount} {intent.currency.upper()}"),
+            ("Display status", intent_display_status(intent)), ("Owner", owner),
+            ("Upstream status query", intent.fulfillment.last_status_query_answer or "not asked yet")]
+
+
+def review_action_view(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str,
+                       key: str) -> HttpResponse:
+    if key not in REVIEW_ACTIONS:
+        raise PermissionDenied("no such action")
+    action = REVIEW_ACTIONS[key]
+    _require(request, action)
+    intent = get_object_or_404(PaymentIntent.objects.select_related("tenant", "fulfillment", "review_owner"),
+                               pk=object_id)
+    opts = model_admin.model._meta
+    back = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[intent.pk])
+    form = ReasonTicketForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        reason, ticket = form.cleaned_data["reason"], form.cleaned_data["ticket"]
+        try:
+            if key == "take_ownership":
+                review_take_ownership(intent_id=intent.intent_id, user=request.user, reason=reason, ticket=ticket)
+                messages.success(request, f"You own the review of {intent.intent_id} now.")
+                return redirect(back)
+            outcome = review_resolve(intent_id=intent.intent_id, delivered=key == "delivered", user=request.user,
+                                     reason=reason, ticket=ticket)
+        except Refusal as refusal:
+            form.add_error(None, f"Refused ({refusal.code}): {refusal.detail}")
+        else:
+            if outcome.accepted:
+                messages.success(request, f"{intent.intent_id} is {outcome.lines.intent} "
+                                          f"({outcome.display_status}).")
+                # It left the queue: show it among all intents.
+                return redirect(reverse("admin:agentpay_paymentintent_change", args=[intent.pk]))
+            form.add_error(None, f"Refused ({outcome.refusal_code}): {outcome.detail}. Nothing changed.")
+    return _page(request, model_admin, obj=intent, action=action, form=form, summary=intent_summary(intent),
+                 back_url=back)
+
+
+def wallet_credit_view(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+    _require(request, CREDIT_ACTION)
+    wallet = get_object_or_404(LedgerAccount.objects.select_related("tenant"), pk=object_id, kind="wallet")
+    back = reverse("admin:agentpay_ledgeraccount_change", args=[wallet.pk])
+    form = CreditForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            transfer = wallet_staff_credit(tenant=wallet.tenant, currency=wallet.currency,
+                                           amount=form.cleaned_data["amount"], user=request.user,
+                                           reason=form.cleaned_data["reason"], ticket=form.cleaned_data["ticket"])
+        except LedgerRefusal as refusal:
+            form.add_error(None, f"Refused ({refusal.code}): {refusal.detail}")
+        else:
+            messages.success(request, f"Credited {transfer.amount} {transfer.currency} to {wallet.tenant} "
+                                      f"({transfer.transfer_id}).")
+            return redirect(back)
+    summary = [("Tenant", wallet.tenant), ("Currency", wallet.currency), ("Available", wallet.available)]
+    return _page(request, model_admin, obj=wallet, action=CREDIT_ACTION, form=form, summary=summary, back_url=back)
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    at: datetime
+    kind: str  # receipt, refusal, ledger, request, outbox
+    what: str
+    detail: str
+    who: str = ""
+
+
+def intent_timeline(intent: PaymentIntent) -> list[TimelineRow]:
+    """Receipts (accepted and refused), ledger transfers, the requests and outbox rows, in time order."""
+    rows: list[TimelineRow] = []
+    for r in IntentReceipt.objects.filter(intent=intent).order_by("pk"):
+        moved = f"{r.from_state} → {r.to_state}" if r.accepted else f"refused {r.refusal_code}: {r.detail}"
+        note = " · ".join(x for x in (r.reason and f"reason: {r.reason}", r.ticket and f"ticket: {r.ticket}") if x)
+        rows.append(TimelineRow(r.trusted_time, "receipt" if r.accepted else "refusal", f"{r.line}.{r.event}",
+                                f"{moved}{' · ' + note if note else ''}", r.actor))
+    for t in Transfer.objects.filter(intent=intent).order_by("pk"):
+        rows.append(TimelineRow(t.created_at, "ledger", f"{t.get_kind_display()} {t.transfer_id}",
+                                f"{t.amount} {t.currency}", t.actor))
+    for g in GatewayRequest.objects.filter(intent=intent).order_by("received_at"):
+        rows.append(TimelineRow(g.received_at, "request", f"{g.method} {g.path[:80]}",
+                                f"request_id {g.request_id} → {g.answer_status or '…'} {g.answer_problem}".strip()))
+    for o in OutboxMessage.objects.filter(intent=intent).order_by("pk"):
+        state = f"published {o.published_at:%H:%M:%S}" if o.published_at else "not yet published"
+        rows.append(TimelineRow(o.created_at, "outbox", f"{o.topic} #{o.payload.get('generation')}",
+                                f"{o.payload.get('display_status', '')} · {state}"))
+    return sorted(rows, key=lambda row: row.at)
