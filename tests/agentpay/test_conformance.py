@@ -205,7 +205,7 @@ def _upstream_for(vector, upstream) -> tuple[str, str, tuple[float, float]]:
 def _deny_api_tokens(tenant, request) -> None:
     """Link the tenant to a subscription whose entitlement profile allows no API calls (seed 003's
     arrears freeze): the gateway reads it through agentpay.bridge."""
-    from tests.builders import make_subscription
+    from tests.support.builders import make_subscription
 
     request.getfixturevalue("policy")
     subscription = make_subscription()

@@ -87,7 +87,7 @@ def test_frozen_tenant_is_policy_denied(funded, routes, upstream, call):
 
 
 def test_a_subscription_denying_api_tokens_is_policy_denied(funded, routes, upstream, call, policy):
-    from tests.builders import make_subscription
+    from tests.support.builders import make_subscription
 
     subscription = make_subscription()
     subscription.entitlement_profile = "SUSPENDED"  # api_tokens: none
