@@ -36,3 +36,11 @@ DELINQUENT_STATES = frozenset({
 })
 # Settled: the debt was paid (RECOVERED) or voided (CLOSED_VOID); a settled cycle never blocks.
 SETTLED_STATES = frozenset({RECOVERED, CLOSED_VOID})
+
+# How far along its life a provider invoice is. It only moves forward (draft → open →
+# uncollectible → paid / void), so a read that shows it behind what we already hold is an old copy.
+INVOICE_STATUS_RANK = {"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
+
+
+def invoice_status_rank(status: str, unknown: int = 0) -> int:
+    return INVOICE_STATUS_RANK.get(status, unknown)

@@ -21,6 +21,8 @@ from entitlements.profiles import PROFILES
 from subscriptions.models import Invoice, Subscription
 
 UNPAID_STATUSES = ("open", "uncollectible")
+# Refusals that only say another acceptance got there first: read the rows again and decide anew.
+STALE_REFUSALS = frozenset({"STALE_CYCLE_GENERATION", "STALE_INVOICE_REVISION", "STALE_ROOT", "STALE_ATTEMPT"})
 
 
 class Refusal(Exception):

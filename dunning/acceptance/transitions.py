@@ -27,6 +27,7 @@ from dunning.acceptance.settlement import Accepted, settle_subscription
 from dunning.clock import now_is_not_ahead, trusted_now
 from dunning.models import DunningCycle, MonetaryFact, TransitionReceipt
 from dunning.policy.cache import policy_spec, spec_only_policy
+from dunning.state_names import invoice_status_rank
 from dunning.states import TERMINAL_STATES
 from subscriptions.models import Subscription
 
@@ -148,6 +149,11 @@ def _apply_invoice_evidence(ctx: EdgeContext) -> bool:
     if update is None:
         return False
     invoice = ctx.invoice
+    if invoice_status_rank(update.status) < invoice_status_rank(invoice.status):
+        # Whatever asked (a job, a staff action, an event), a receipt that shows the invoice behind
+        # its mirror is an old copy; acting on it moved a paid mirror back to open (seed 1).
+        raise Refusal("STALE_INVOICE_READ", f"the receipt shows invoice {invoice.provider_invoice_id} "
+                                            f"{update.status}, behind the {invoice.status} on record: an old copy")
     changed = [
         name for name in ("status", "amount_due", "amount_paid", "attempt_count", "next_payment_attempt")
         if getattr(invoice, name) != getattr(update, name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from dunning.acceptance.guards import STALE_REFUSALS
 from dunning.acceptance.inputs import Cause, Evidence, Expect, FactSpec, TransitionResult
 from dunning.acceptance.transitions import cycle_accept_transition
 from dunning.clock import trusted_now
@@ -35,7 +36,6 @@ S = CycleState
 KEY_RESEND_WINDOW = timedelta(hours=23)
 # A paid answer is accepted again after a stale refusal (an event moved the cycle meanwhile).
 RECOVER_TRIES = 3
-STALE = frozenset({"STALE_CYCLE_GENERATION", "STALE_INVOICE_REVISION", "STALE_ROOT", "STALE_ATTEMPT"})
 
 
 @dataclass
@@ -181,7 +181,7 @@ def _paid(out: RetryOutcome, cycle: DunningCycle, inv: ProviderInvoice, cause: C
             break
         # The provider's own webhook may have recovered the cycle from the same payment while we
         # waited for the answer: that is this payment, not a refusal of it.
-        if cycle_read(cycle.pk).state == S.RECOVERED or result.reason not in STALE:
+        if cycle_read(cycle.pk).state == S.RECOVERED or result.reason not in STALE_REFUSALS:
             break
     recovered = result.accepted or cycle_read(cycle.pk).state == S.RECOVERED
     out.status = "PAID" if recovered else "REFUSED"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dunning.acceptance.guards import STALE_REFUSALS
 from dunning.acceptance.inputs import Cause, Evidence, Expect, FactSpec, InvoiceUpdate, TransitionResult
 from dunning.acceptance.transitions import cycle_accept_transition
 from dunning.models import DunningCycle, FactKind, MonetaryFact, ProviderReceipt
@@ -20,7 +21,6 @@ from dunning.states import NO_RETRY_CLASSES, CycleState, FailureClass
 from subscriptions.providers.base import ProviderInvoice
 
 S = CycleState
-STALE = {"STALE_CYCLE_GENERATION", "STALE_INVOICE_REVISION", "STALE_ROOT", "STALE_ATTEMPT"}
 MAX_STEPS = 10
 
 
@@ -130,7 +130,7 @@ def reconcile_and_read(
         result = cycle_accept_transition(cycle_pk=cycle_pk, edge=step.edge, expect=Expect.from_cycle(cycle),
                                          cause=cause, evidence=evidence, params=step.params, now=now)
         results.append(result)
-        if not result.accepted and result.reason not in STALE:
+        if not result.accepted and result.reason not in STALE_REFUSALS:
             return results, cycle
         cycle = result.cycle  # None after a stale refusal: read the row again
     return results, None

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dunning.acceptance.guards import STALE_REFUSALS
 from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
 from dunning.acceptance.transitions import cycle_accept_transition
 from dunning.clock import trusted_now
-from dunning.evidence.next_edge import STALE, cycle_reconcile_with_invoice
+from dunning.evidence.next_edge import cycle_reconcile_with_invoice
 from dunning.evidence.receipts import receipt_record
 from dunning.models import DunningCycle, EventOutcome, ProviderEvent, ProviderReceipt
 from dunning.models.cycle import CUSTOMER_ACTIONABLE_STATES
@@ -158,7 +159,7 @@ def _answer_one(out: MethodRefresh, cycle_pk: int, remote: ProviderCustomer, cus
             evidence=Evidence(receipt=customer_receipt),
             params={"payment_method": method, "declined_payment_method": declined}, now=now)
         out.results.append(result)
-        if result.accepted or result.reason not in STALE:
+        if result.accepted or result.reason not in STALE_REFUSALS:
             out.notes.append(f"invoice {invoice_id}: clear_customer_action "
                              f"{'accepted' if result.accepted else 'refused: ' + result.reason}")
             return

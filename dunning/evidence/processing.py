@@ -31,6 +31,7 @@ from dunning.models import (
     PaymentAttempt,
     ProviderEvent,
 )
+from dunning.state_names import invoice_status_rank
 from dunning.states import CycleState
 from subscriptions.models import Invoice, Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderIndeterminate, ProviderInvoice, ProviderNotFound
@@ -378,11 +379,11 @@ def invoice_read_is_stale(inv: ProviderInvoice, *, must_be_paid: bool = False) -
     that shows it behind a receipt we already hold cannot be the provider's current invoice."""
     from dunning.models import ProviderReceipt
 
-    rank = {"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
     held = set(ProviderReceipt.objects.filter(object_type="invoice", object_id=inv.id)
                .values_list("status", flat=True).distinct())
-    floor = max([rank.get(status, -1) for status in held] + [rank["paid"] if must_be_paid else -1])
-    if rank.get(inv.status, 0) >= floor:
+    floor = max([invoice_status_rank(status, -1) for status in held]
+                + [invoice_status_rank("paid") if must_be_paid else -1])
+    if invoice_status_rank(inv.status) >= floor:
         return ""
     shown = ", ".join(sorted(held)) or "paid, for a refunded or disputed charge"
     return f"invoice {inv.id} reads {inv.status}, behind what the provider already showed ({shown}): a stale read; " \

@@ -70,6 +70,7 @@ from dunning.models import (
 )
 from dunning.policy.cache import policy_spec
 from dunning.policy.rollout import enforces_access
+from dunning.state_names import invoice_status_rank
 from dunning.states import DELINQUENT_STATES, OPEN_STATES, SETTLED_STATES, CycleState
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import FULL
@@ -90,8 +91,6 @@ MAX_LISTED = 1000  # discrepancies kept in one report; totals count them all
 EVENT_PAGE = 10_000  # events checked per run at most (paged from the provider, newest first)
 DEFAULT_EVENT_PREFIXES = ("invoice.", "payment_intent.", "charge.", "customer.subscription.")
 UNFINISHED_INVOICE_STATUSES = (InvoiceStatus.DRAFT, InvoiceStatus.OPEN, InvoiceStatus.UNCOLLECTIBLE)
-# How far along an invoice's life a status is: a provider invoice never moves back.
-STATUS_RANK = {"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
 STALE_REREADS = 3
 DISPUTE_FACT_KINDS = (FactKind.DISPUTE_OPENED, FactKind.DISPUTE_WON, FactKind.DISPUTE_LOST,
                       FactKind.DISPUTE_FUNDS_WITHDRAWN, FactKind.DISPUTE_FUNDS_REINSTATED)
@@ -376,7 +375,7 @@ def _held_statuses(invoices: list[Invoice]) -> dict[str, str]:
                                            object_id__in=[i.provider_invoice_id for i in invoices])
             .values_list("object_id", "status").distinct())
     for object_id, status in rows:
-        if STATUS_RANK.get(status, -1) > STATUS_RANK.get(held.get(object_id, ""), -1):
+        if invoice_status_rank(status, -1) > invoice_status_rank(held.get(object_id, ""), -1):
             held[object_id] = status
     return held
 
@@ -384,10 +383,10 @@ def _held_statuses(invoices: list[Invoice]) -> dict[str, str]:
 def _fetch_current(provider: PaymentProvider, invoice: Invoice, held: str, counts: Counter) -> ProviderInvoice:
     """The invoice as the provider holds it now, read again while the read is behind what a
     receipt of ours already showed (a stale copy); raises _StaleRead if it stays behind."""
-    floor = STATUS_RANK.get(held, -1)
+    floor = invoice_status_rank(held, -1)
     for _ in range(1 + STALE_REREADS):
         remote = provider.fetch_invoice(invoice.provider_invoice_id)
-        if STATUS_RANK.get(remote.status, 0) >= floor:
+        if invoice_status_rank(remote.status) >= floor:
             return remote
         counts["stale_reads"] += 1
     raise _StaleRead(remote, held)

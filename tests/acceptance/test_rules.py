@@ -205,3 +205,22 @@ def test_an_accepted_result_carries_the_cycle_exactly_as_committed(grace_cycle, 
     assert _row(carried.subscription) == _row(stored.subscription)
     assert carried.pending_attempt_id == stored.pending_attempt_id
     assert carried.policy.digest == stored.policy.digest
+
+
+def test_a_receipt_behind_the_invoice_mirror_is_refused_as_an_old_copy(grace_cycle):
+    """A provider invoice never goes back: whoever brings a read of a paid invoice that shows it
+    open (a lagging replica), the acceptance refuses it and the mirror stays paid (seed 1 found the
+    cancellation job moving a paid mirror back to open this way)."""
+    w = grace_cycle
+    cycle = reload(w.cycle)
+    assert accept(cycle, "recover", evidence=paid_evidence(cycle, now=w.now), now=w.now).accepted
+    paid = reload(cycle)
+    assert paid.invoice.status == "paid"
+    old_copy = replace(paid_evidence(paid, now=w.now), facts=())
+    old_copy = replace(old_copy, invoice=replace(old_copy.invoice, status="open", amount_paid=0))
+    result = accept(paid, "record_evidence", evidence=old_copy, now=w.now + timedelta(minutes=1))
+    assert not result.accepted and result.reason == "STALE_INVOICE_READ"
+    after = reload(paid)
+    assert (after.invoice.status, after.invoice.revision, after.generation) == (
+        "paid", paid.invoice.revision, paid.generation)
+    assert TransitionReceipt.objects.get(pk=result.receipt_id).rejection_reason == "STALE_INVOICE_READ"

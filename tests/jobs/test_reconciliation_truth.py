@@ -226,7 +226,8 @@ def test_the_check_reports_a_finding_the_ledger_does_not_bear_out_and_a_differen
 
 def test_the_check_sees_a_mirror_that_went_back_to_an_earlier_status(world):
     """What the auditor missed on seed 3: a stale read taken for the truth moved a paid invoice's
-    mirror back to open (here the acceptance is handed such a read directly)."""
+    mirror back to open. The acceptance now refuses such a read (STALE_INVOICE_READ), so the fault
+    is injected here as a write past it, which is what a future bug would look like."""
     from dunning.acceptance.inputs import Cause, Evidence, Expect, InvoiceUpdate
     from dunning.acceptance.transitions import cycle_accept_transition
 
@@ -239,9 +240,14 @@ def test_the_check_sees_a_mirror_that_went_back_to_an_earlier_status(world):
         assert cycle.invoice.status == "paid" and check_mirrors(w) == []
         old_copy = InvoiceUpdate(status="open", amount_due=cycle.invoice.amount_due, amount_paid=0,
                                  attempt_count=1, next_payment_attempt=None)
-        assert cycle_accept_transition(cycle_pk=cycle.pk, edge="record_evidence", expect=Expect.from_cycle(cycle),
-                                       cause=Cause.system("stale read"), evidence=Evidence(invoice=old_copy),
-                                       now=w.now()).accepted
+        refused = cycle_accept_transition(cycle_pk=cycle.pk, edge="record_evidence", expect=Expect.from_cycle(cycle),
+                                          cause=Cause.system("stale read"), evidence=Evidence(invoice=old_copy),
+                                          now=w.now())
+        assert not refused.accepted and refused.reason == "STALE_INVOICE_READ"
+        assert check_mirrors(w) == []
+        mirror = cycle.invoice
+        mirror.status, mirror.amount_paid = "open", 0
+        mirror.save(update_fields=["status", "amount_paid"])  # the fault: a write past the acceptance
         ((code, detail),) = check_mirrors(w)
         assert code == MIRROR_WENT_BACK and invoice_id in detail and "open after it held paid" in detail
         w.audit()

@@ -8,6 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from agentpay.schedule import JOB_CADENCE as AGENTPAY_JOB_CADENCE
 from config.celery import app
 from dunning.jobs import load_jobs
 from dunning.jobs.framework import JOBS
@@ -22,9 +23,12 @@ SPEC_JOBS = {"grace_expiry", "restriction", "cancellation", "unknown_payments", 
 def test_every_job_is_registered_scheduled_and_ordered():
     load_jobs()
     assert set(JOBS) == SPEC_JOBS == set(CATCH_UP_ORDER)
-    scheduled = {entry["args"][0] for entry in app.conf.beat_schedule.values()}
-    assert scheduled == SPEC_JOBS
-    assert all(e["task"] == "dunning.tasks.run_scheduled_job" for e in app.conf.beat_schedule.values())
+    by_task: dict[str, set[str]] = {}
+    for entry in app.conf.beat_schedule.values():
+        by_task.setdefault(entry["task"], set()).add(entry["args"][0])
+    # Beat runs dunning's jobs and AgentPay's (agentpay.schedule), each through its own task.
+    assert by_task.pop("dunning.tasks.run_scheduled_job") == SPEC_JOBS
+    assert by_task == {"agentpay.tasks.run_agentpay_job": set(AGENTPAY_JOB_CADENCE)}
 
 
 def test_list_prints_each_job(db):
