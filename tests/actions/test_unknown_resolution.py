@@ -8,22 +8,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 
 from dunning.actions.local_retry import KEY_RESEND_WINDOW
 from dunning.actions.support import cycle_resolve_unknown
 from dunning.jobs.framework import job_run
 from dunning.models import PaymentAttempt
+from tests.support.actors import AGENTS, LEADS, make_staff
 from tests.support.scenarios import cycle_of, failed_renewal
 
 
 @pytest.fixture
-def people(django_user_model):
-    lead = django_user_model.objects.create_user("lead", password="x", is_staff=True)
-    lead.groups.add(Group.objects.get(name="Billing leads"))
-    agent = django_user_model.objects.create_user("agent2", password="x", is_staff=True)
-    agent.groups.add(Group.objects.get(name="Support agents"))
-    return lead, agent
+def people(db):
+    return make_staff("lead", LEADS), make_staff("agent2", AGENTS)
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ auditor run after every test."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, Permission
 from django.db.models import Sum
 
 from agentpay.api.auth import tenant_api_key_create
 from agentpay.models import LedgerAccount, PricedRoute, Tenant, Transfer
 from agentpay.services.topups import wallet_staff_credit
 from tests.agentpay.upstream_server import Upstream
+from tests.support.actors import LEADS, make_user, role
 
 
 def ledger_audit() -> None:
@@ -46,12 +46,9 @@ def audited_ledger(request):
 
 @pytest.fixture
 def lead(db, django_user_model):
-    user = django_user_model.objects.create_user("lead", password="x", is_staff=True)
+    user = make_user("lead", staff=True)
     # Transactional tests flush the tables the migrations filled: make sure of the group's grants.
-    group, _ = Group.objects.get_or_create(name="Billing leads")
-    group.permissions.add(*Permission.objects.filter(content_type__app_label="agentpay",
-                                                     codename__in=["resolve_review", "credit_wallet"]))
-    user.groups.add(group)
+    user.groups.add(role(LEADS, app_label="agentpay", codenames=["resolve_review", "credit_wallet"]))
     return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
 
 

@@ -7,12 +7,12 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
 from agentpay.bridge import trusted_now
 from agentpay.jobs import agentpay_job_run
 from agentpay.models import IntentReceipt, LedgerAccount, PaymentIntent, Transfer
+from tests.support.actors import AGENTS, make_user, role
 
 pytestmark = pytest.mark.django_db
 
@@ -29,12 +29,10 @@ def in_review(call, upstream) -> PaymentIntent:
 
 
 @pytest.fixture
-def agent(db, django_user_model):
-    user = django_user_model.objects.create_user("agent", password="x", is_staff=True)
-    group, _ = Group.objects.get_or_create(name="Support agents")
-    group.permissions.add(*Permission.objects.filter(content_type__app_label="agentpay", codename__in=[
+def agent(db):
+    user = make_user("agent", staff=True)
+    user.groups.add(role(AGENTS, app_label="agentpay", codenames=[
         "view_paymentintent", "view_reviewqueueintent", "view_tenant", "view_ledgeraccount"]))
-    user.groups.add(group)
     return user
 
 

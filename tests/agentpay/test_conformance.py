@@ -18,7 +18,6 @@ import warnings
 
 import jsonschema
 import pytest
-from django.contrib.auth.models import Group
 
 from agentpay.api.auth import tenant_api_key_create
 from agentpay.bridge import trusted_now
@@ -28,15 +27,15 @@ from agentpay.selectors import intent_display_status
 from agentpay.services.intents import intent_claim_lease, intent_release_lease
 from agentpay.states import INITIAL, ROWS, TERMINAL, TRANSITIONS, Lines, events_of, states_of, step_verdict
 from tests.agentpay import conformance_world as cw
+from tests.support.actors import AGENTS, make_user, role
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def actors(lead, django_user_model) -> cw.Actors:
-    agent = django_user_model.objects.create_user("agent", is_staff=True)
-    agents, _ = Group.objects.get_or_create(name="Support agents")
-    agent.groups.add(agents)
+    agent = make_user("agent", password=None, staff=True)
+    agent.groups.add(role(AGENTS))
     assert not agent.has_perm("agentpay.resolve_review")
     return cw.Actors(lead=lead, agent=agent)
 

@@ -4,11 +4,11 @@ member without a role, and service tokens (optionally restricted)."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from entitlements.api.tokens import service_token_create
+from tests.support.actors import AGENTS, LEADS, bearer_client, make_staff, make_user, session_client
 from tests.support.builders import fail_first_payment, local_policy, make_subscription, open_cycle
 
 RELAXED_RATES = {"entitlement_read": "100000/min", "billing_read": "100000/min", "billing_write": "100000/min"}
@@ -22,37 +22,24 @@ def relaxed_throttles(settings):
     cache.clear()
 
 
-def _staff(django_user_model, username: str, group: str | None):
-    user = django_user_model.objects.create_user(username, password="x", is_staff=True)
-    if group:
-        user.groups.add(Group.objects.get(name=group))
-    return user
+@pytest.fixture
+def agent(db):
+    return make_staff("agent", AGENTS)
 
 
 @pytest.fixture
-def agent(db, django_user_model):
-    return _staff(django_user_model, "agent", "Support agents")
+def lead(db):
+    return make_staff("lead", LEADS)
 
 
 @pytest.fixture
-def lead(db, django_user_model):
-    return _staff(django_user_model, "lead", "Billing leads")
+def roleless_staff(db):
+    return make_staff("intern")
 
 
 @pytest.fixture
-def roleless_staff(db, django_user_model):
-    return _staff(django_user_model, "intern", None)
-
-
-@pytest.fixture
-def customer_user(db, django_user_model):
-    return django_user_model.objects.create_user("payer", password="x")
-
-
-def session_client(user) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
+def customer_user(db):
+    return make_user("payer")
 
 
 @pytest.fixture
@@ -73,8 +60,7 @@ def token_client(db):
     def make(*, scopes=("entitlements:read",), provider_account: str = "", cohort: str = "") -> APIClient:
         _, raw = service_token_create(name=f"svc-{len(made)}", scopes=scopes, provider_account=provider_account,
                                       cohort=cohort)
-        client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        client = bearer_client(raw)
         made.append(client)
         return client
 

@@ -14,7 +14,7 @@ from dunning.jobs.framework import job_run
 from dunning.models import Alert, AlertKind, FactKind, MonetaryFact
 from dunning.models.operations import AlertAction
 from dunning.states import CycleState
-from tests.api.conftest import session_client
+from tests.support.actors import session_client
 from tests.support.builders import accept, local_policy, make_subscription, open_cycle, paid_evidence, reload
 from tests.support.paths import Walker
 

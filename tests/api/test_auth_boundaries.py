@@ -12,7 +12,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from entitlements.models import ServiceToken
-from tests.api.conftest import session_client
+from tests.support.actors import bearer_client, session_client
 from tests.support.builders import make_subscription, policy_document
 
 ENTITLEMENT = "/api/v1/subscriptions/{}/entitlement"
@@ -34,8 +34,7 @@ def test_unauthenticated_is_401_with_www_authenticate(subscription):
 
 
 def test_a_wrong_or_revoked_token_is_401(token_client, subscription):
-    bad = APIClient()
-    bad.credentials(HTTP_AUTHORIZATION="Bearer dsvc_not-a-token")
+    bad = bearer_client("dsvc_not-a-token")
     _problem(bad.get(ENTITLEMENT.format(subscription.pk)), 401, "authentication-failed")
     client = token_client()
     ServiceToken.objects.update(revoked_at="2026-01-01T00:00:00Z")

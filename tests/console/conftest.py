@@ -11,7 +11,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from dunning.models import DunningCycle
 from subscriptions.models import Subscription
 from subscriptions.providers.base import ProviderInvoice
+from tests.support.actors import AGENTS, LEADS, customer_login, make_staff, staff_roles_from_migration
 from tests.support.builders import accept, fail_first_payment, make_subscription, open_cycle, reload
 
 # Live-server tests drive the browser from the test's thread while Django's ORM runs sync code there.
@@ -32,46 +32,23 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 
 
-def staff_roles_from_migration() -> None:
-    """Re-apply the role migrations' own code: a transactional (live-server) test starts from a
-    flushed database, which keeps permissions but not the groups the migrations made."""
-    from django.apps import apps
-
-    import_module("dunning.migrations.0006_staff_groups").create_groups(apps, None)
-    import_module("dunning.migrations.0007_support_console_permissions").grant(apps, None)
-    import_module("dunning.migrations.0010_event_reprocessing_and_alert_handling").grant(apps, None)
-
-
-def _staff(django_user_model: Any, username: str, group: str) -> Any:
-    from django.contrib.auth.models import Group
-
-    user = django_user_model.objects.create_user(username, password=PASSWORD, is_staff=True,
-                                                 email=f"{username}@example.com")
-    user.groups.add(Group.objects.get(name=group))
-    return user
-
-
 @pytest.fixture
 def roles(db):
     staff_roles_from_migration()
 
 
-@pytest.fixture
-def agent(roles, django_user_model):
-    return _staff(django_user_model, "agent", "Support agents")
+def _staff(username: str, group: str) -> Any:
+    return make_staff(username, group, password=PASSWORD, email=f"{username}@example.com")
 
 
 @pytest.fixture
-def lead(roles, django_user_model):
-    return _staff(django_user_model, "lead", "Billing leads")
+def agent(roles):
+    return _staff("agent", AGENTS)
 
 
-def _customer_login(django_user_model: Any, sub: Subscription, username: str) -> Any:
-    user = django_user_model.objects.create_user(username, password=PASSWORD)
-    customer = sub.customer
-    customer.user = user  # Customer is not a protected model: linking a login is plain data entry
-    customer.save(update_fields=["user"])
-    return user
+@pytest.fixture
+def lead(roles):
+    return _staff("lead", LEADS)
 
 
 @dataclass
@@ -99,13 +76,13 @@ def conflict_scene(policy) -> Scene:
 
 
 @pytest.fixture
-def customer_a(grace_scene, django_user_model):
-    return _customer_login(django_user_model, grace_scene.sub, "customer-a")
+def customer_a(grace_scene):
+    return customer_login(grace_scene.sub, "customer-a", password=PASSWORD)
 
 
 @pytest.fixture
-def customer_b(conflict_scene, django_user_model):
-    return _customer_login(django_user_model, conflict_scene.sub, "customer-b")
+def customer_b(conflict_scene):
+    return customer_login(conflict_scene.sub, "customer-b", password=PASSWORD)
 
 
 class FakeProvider:

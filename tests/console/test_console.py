@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, IncidentSwitch, ProviderReceipt, TransitionReceipt
 from subscriptions.models import Subscription
+from tests.support.actors import perms_of
 from tests.support.builders import make_policy, make_subscription, open_cycle, reload, restrict
 
 AGENT_CAN = {"dunning.grant_exception", "dunning.own_unknown_payment", "subscriptions.view_subscription",
@@ -28,11 +28,6 @@ def action_url(sub: Subscription, action: str, cycle: DunningCycle | None = None
     if cycle is None:
         return reverse("admin:subscriptions_subscription_console", args=[sub.pk, action])
     return reverse("admin:subscriptions_subscription_console_cycle", args=[sub.pk, action, cycle.pk])
-
-
-def perms_of(group: str) -> set[str]:
-    return {f"{p.content_type.app_label}.{p.codename}"
-            for p in Group.objects.get(name=group).permissions.select_related("content_type")}
 
 
 @pytest.mark.django_db

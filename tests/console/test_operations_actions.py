@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from dunning.actions.alerts import alert_raise
@@ -16,13 +16,9 @@ from dunning.models import Alert, AlertKind, DunningCycle, EventOutcome, Provide
 from dunning.models.inbox import EventReprocessing
 from dunning.models.operations import AlertAction
 from tests.console.conftest import PASSWORD
+from tests.support.actors import perms_of
 
 pytestmark = pytest.mark.django_db
-
-
-def perms_of(group: str) -> set[str]:
-    return {f"{p.content_type.app_label}.{p.codename}"
-            for p in Group.objects.get(name=group).permissions.select_related("content_type")}
 
 
 def test_the_roles_get_the_new_decisions_from_the_migration():

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 
 from dunning.jobs.framework import job_run
 from dunning.models import PaymentAttempt
 from dunning.models import TransitionReceipt as Receipt
+from tests.support.actors import LEADS, make_staff
 from tests.support.scenarios import cycle_of, failed_renewal
 
 
@@ -22,12 +22,8 @@ def local_in_grace(sim, time_machine):
 
 
 @pytest.fixture
-def billing_staff(django_user_model):
-    leads = Group.objects.get(name="Billing leads")
-    people = [django_user_model.objects.create_user(name, password="x", is_staff=True) for name in ("ana", "ben")]
-    for person in people:
-        person.groups.add(leads)
-    return people
+def billing_staff(db):
+    return [make_staff(name, LEADS) for name in ("ana", "ben")]
 
 
 def test_local_retry_is_scheduled_by_policy_interval_and_dispatched_when_due(local_in_grace, sim, time_machine):

@@ -19,7 +19,7 @@ from django.test import Client
 from dunning.clock import trusted_now
 from dunning.models import DunningPolicy, ProviderEvent, TransitionReceipt, WebhookDelivery
 from entitlements.models import IdempotencyRecord
-from tests.api.conftest import session_client
+from tests.support.actors import LEADS, make_staff, session_client
 from tests.support.builders import fail_first_payment, make_subscription, open_cycle, policy_document
 from tests.support.signing import event_body, stripe_signature
 
@@ -35,12 +35,8 @@ def webhook_settings(settings):
 
 
 @pytest.fixture
-def lead(db, django_user_model):
-    from django.contrib.auth.models import Group
-
-    user = django_user_model.objects.create_user("lead", password="x", is_staff=True)
-    user.groups.add(Group.objects.get(name="Billing leads"))
-    return user
+def lead(db):
+    return make_staff("lead", LEADS)
 
 
 @pytest.fixture
