@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from dunning.acceptance.inputs import Cause, Expect
 from dunning.acceptance.settlement import compute_aggregate
@@ -23,31 +22,9 @@ from tests.support.builders import (
     unpaid_evidence,
 )
 from tests.support.paths import Walker
+from tests.support.threads import run_together
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.race]
-
-
-def _race(calls):
-    barrier = threading.Barrier(len(calls))
-    results: list = [None] * len(calls)
-    errors: list = []
-
-    def run(i, call):
-        try:
-            barrier.wait(timeout=10)
-            results[i] = call()
-        except Exception as exc:  # surfaced below; a thread must not die silently
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert not errors, errors
-    return results
 
 
 @pytest.mark.parametrize("round_", range(5))
@@ -71,7 +48,7 @@ def test_payment_versus_restriction_exactly_one_wins(round_):
                                        cause=Cause.job("grace_sweep"), evidence=unpaid, now=now)
 
     with clock_reaches(now):
-        results = _race([pay, restrict])
+        results = run_together([pay, restrict])
     accepted = [r for r in results if r.accepted]
     rejected = [r for r in results if not r.accepted]
     assert len(accepted) == 1 and len(rejected) == 1, results
@@ -99,5 +76,5 @@ def test_concurrent_cycle_openings_for_one_invoice_create_one_cycle():
     def opener():
         return cycle_open_for_invoice(subscription_pk=sub.pk, invoice=facts, cause=Cause.event("evt_x")).pk
 
-    pks = _race([opener, opener, opener])
+    pks = run_together([opener, opener, opener])
     assert len(set(pks)) == 1

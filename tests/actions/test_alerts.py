@@ -4,12 +4,11 @@ condition however often it is seen."""
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
-from django.db import connection, connections
+from django.db import connection
 
 from dunning.actions.alerts import alert_raise, alert_resolve
 from dunning.evidence.processing import event_process
@@ -27,6 +26,7 @@ from dunning.models import (
 )
 from subscriptions.models import Subscription
 from tests.support.builders import accept, fail_first_payment, make_subscription, open_cycle, paid_evidence, reload
+from tests.support.threads import run_together
 
 NOON = datetime(2030, 3, 10, 12, 0, tzinfo=UTC)
 
@@ -103,24 +103,11 @@ def test_a_worker_that_read_before_another_inserted_bumps_instead_of_duplicating
 def test_concurrent_workers_raising_one_condition_leave_one_alert():
     assert connection.vendor == "postgresql"
     workers = 8
-    barrier = threading.Barrier(workers)
-    errors: list[Exception] = []
 
     def raise_it():
-        try:
-            barrier.wait(timeout=10)
-            alert_raise(kind=AlertKind.DUPLICATE_CHARGE, dedupe_key="k:threads", detail="d", figures={}, now=NOON)
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        alert_raise(kind=AlertKind.DUPLICATE_CHARGE, dedupe_key="k:threads", detail="d", figures={}, now=NOON)
 
-    threads = [threading.Thread(target=raise_it) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert not errors, errors
+    run_together([raise_it] * workers, timeout=30)
     (alert,) = Alert.objects.all()
     assert alert.dedupe_key == "k:threads" and alert.occurrences == workers
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
-from django.db import connection
 from django.test import Client
 
 from agentpay.models import GatewayRequest, PaymentIntent
+from tests.support.threads import run_together
 
 
 @pytest.mark.django_db
@@ -60,18 +57,11 @@ def test_keys_are_tenant_scoped(funded, routes, call, client):  # noqa: ARG001
 @pytest.mark.race
 @pytest.mark.django_db(transaction=True)
 def test_64_concurrent_requests_with_one_key_make_exactly_one_intent(funded, routes, upstream, api_key):
-    barrier = threading.Barrier(64)
+    def one() -> int:
+        return Client().post("/agentpay/v1/routes/ok/run", data=b'{"q": 1}', content_type="application/json",
+                             HTTP_IDEMPOTENCY_KEY="hot-key", HTTP_AUTHORIZATION=f"Bearer {api_key}").status_code
 
-    def one(_: int) -> int:
-        try:
-            barrier.wait()
-            return Client().post("/agentpay/v1/routes/ok/run", data=b'{"q": 1}', content_type="application/json",
-                                 HTTP_IDEMPOTENCY_KEY="hot-key", HTTP_AUTHORIZATION=f"Bearer {api_key}").status_code
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=64) as pool:
-        statuses = list(pool.map(one, range(64)))
+    statuses = run_together([one] * 64, timeout=120)
     assert PaymentIntent.objects.filter(idempotency_key="hot-key").count() == 1
     assert len(upstream.calls) == 1
     assert statuses.count(200) >= 1 and set(statuses) <= {200, 409}

@@ -6,10 +6,10 @@ simulator is the provider."""
 from __future__ import annotations
 
 import contextlib
-import threading
+import functools
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from dunning.clock import trusted_now
 from dunning.evidence import reprocessing as event_requeue
@@ -18,6 +18,7 @@ from dunning.evidence.reprocessing import ReprocessRefused, event_reprocess
 from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, ProviderEvent, ProviderReceipt
 from dunning.models.inbox import EventReprocessing, ReprocessingStatus
 from subscriptions.models import Subscription
+from tests.support.threads import run_together
 
 URL = "/api/v1/events/{}/reprocess"
 BODY = {"reason": "Provider confirmed the invoice exists now (replica lag)", "ticket": "OPS-88"}
@@ -291,26 +292,15 @@ def test_two_leads_at_once_reprocess_the_event_once(sim, django_user_model):
     _, invoice, event = failed_renewal_quarantined(sim)
     bring_back(sim, invoice)
     sim.faults.latency(f"GET /v1/invoices/{invoice['id']}", 0.5, count=4)  # both requests overlap
-    barrier = threading.Barrier(2)
-    outcomes: list[object] = []
 
     def ask(user):
         try:
-            barrier.wait(timeout=10)
-            outcomes.append(event_reprocess(event_pk=event.pk, user=user, reason="at once", ticket="RACE-1"))
+            return event_reprocess(event_pk=event.pk, user=user, reason="at once", ticket="RACE-1")
         except ReprocessRefused as refused:
-            outcomes.append(refused.code)
-        except Exception as exc:  # reported below
-            outcomes.append(exc)
-        finally:
-            connections.close_all()
+            return refused.code
 
-    threads = [threading.Thread(target=ask, args=(user,)) for user in leads]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-
+    outcomes = run_together([functools.partial(ask, user) for user in leads], timeout=60,
+                            errors="return")  # any other exception stays in outcomes, reported below
     refusals = [o for o in outcomes if isinstance(o, str)]
     assert len(outcomes) == 2 and len(refusals) == 1, outcomes
     assert refusals[0] in ("REPROCESSING_IN_PROGRESS", "NOT_HELD")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
+import functools
 
 import pytest
-from django.db import connections
 from django.test import Client
 
 from dunning.models import FactKind, MonetaryFact, OutboxMessage, ProviderEvent, TransitionReceipt
+from tests.support.threads import run_together
 from tests.verification.fake_stripe import StripeSimulator
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,24 +33,12 @@ def provider_sim(settings):
 
 
 def _post_concurrently(payloads):
-    barrier = threading.Barrier(len(payloads))
-    statuses: list[int] = []
-
     def run(body, headers):
-        try:
-            barrier.wait(timeout=10)
-            response = Client().post("/webhooks/stripe/", data=body, content_type="application/json",
-                                     HTTP_STRIPE_SIGNATURE=headers["Stripe-Signature"])
-            statuses.append(response.status_code)
-        finally:
-            connections.close_all()
+        response = Client().post("/webhooks/stripe/", data=body, content_type="application/json",
+                                 HTTP_STRIPE_SIGNATURE=headers["Stripe-Signature"])
+        return response.status_code
 
-    threads = [threading.Thread(target=run, args=p) for p in payloads]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    return statuses
+    return run_together([functools.partial(run, *p) for p in payloads], timeout=60)
 
 
 @pytest.mark.parametrize("same_event", [True, False], ids=["one-event-six-times", "six-events-one-invoice"])

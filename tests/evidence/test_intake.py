@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
-from django.db import connections
 from django.test import Client
 
 from dunning.models import EventOutcome, ProviderEvent, WebhookDelivery
 from tests.support.signing import event_body, stripe_signature
+from tests.support.threads import run_together
 
 URL = "/webhooks/stripe/"
 SECRET = "whsec_local"
@@ -158,21 +157,11 @@ def test_get_is_not_allowed(db, client):
 def test_parallel_deliveries_of_one_event_store_it_once():
     body = event_body("evt_parallel", "customer.created")
     signature = stripe_signature(body, SECRET)
-    statuses: list[int] = []
-    barrier = threading.Barrier(6)
 
     def deliver():
-        try:
-            barrier.wait(timeout=10)
-            statuses.append(post(Client(), body, signature).status_code)
-        finally:
-            connections.close_all()
+        return post(Client(), body, signature).status_code
 
-    threads = [threading.Thread(target=deliver) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    statuses = run_together([deliver] * 6, timeout=30)
     assert statuses == [200] * 6
     assert ProviderEvent.objects.filter(event_id="evt_parallel").count() == 1
     assert WebhookDelivery.objects.filter(claimed_event_id="evt_parallel", duplicate=False).count() == 1

@@ -4,11 +4,10 @@ withdrawn and reinstated are facts, and every fact names the payment attempt it 
 
 from __future__ import annotations
 
-import threading
+import functools
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -17,6 +16,7 @@ from dunning.actions.local_retry import retry_dispatch
 from dunning.jobs.framework import job_run
 from dunning.models import DunningCycle, FactKind, MonetaryFact, PaymentAttempt, ProviderEvent
 from tests.support.builders import accept, make_policy, make_subscription, open_cycle
+from tests.support.threads import run_together
 
 JOB = Cause.job("local_retry")
 
@@ -97,23 +97,13 @@ def test_a_refund_fact_written_before_increments_counts_as_the_cumulative_total(
 def test_concurrent_refund_events_claim_each_increment_once(totals):
     make_policy()
     cycle = open_cycle(make_subscription(), amount=4900)
-    barrier = threading.Barrier(len(totals))
-    results = []
+    specs = [FactSpec(FactKind.REFUNDED, cumulative, "usd", f"refund:ch_race:{cumulative}", timezone.now(),
+                      provider_ref="ch_race") for cumulative in totals]
 
-    def refund_seen(cumulative):
-        try:
-            spec = FactSpec(FactKind.REFUNDED, cumulative, "usd", f"refund:ch_race:{cumulative}", timezone.now(),
-                            provider_ref="ch_race")
-            barrier.wait(timeout=10)
-            results.append(accept(cycle, "record_evidence", evidence=Evidence(facts=(spec,))).accepted)
-        finally:
-            connections.close_all()
+    def refund_seen(spec):
+        return accept(cycle, "record_evidence", evidence=Evidence(facts=(spec,))).accepted
 
-    threads = [threading.Thread(target=refund_seen, args=(t,)) for t in totals]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    results = run_together([functools.partial(refund_seen, spec) for spec in specs], timeout=60)
     assert len(results) == len(totals)
     refunds = MonetaryFact.objects.filter(invoice=cycle.invoice, kind=FactKind.REFUNDED)
     assert sum(refunds.values_list("amount", flat=True)) == max(totals), list(refunds.values_list(

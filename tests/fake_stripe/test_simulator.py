@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import stripe
 
+from tests.support.threads import run_together
 from tests.verification.fake_stripe import InvalidTransition, StripeSimulator
 from tests.verification.fake_stripe.billing import DAY
 
@@ -269,23 +271,16 @@ def test_concurrent_request_with_key_in_flight_gets_409(sim: StripeSimulator) ->
 
 def test_concurrent_burst_never_charges_twice(sim: StripeSimulator) -> None:
     _, _, inv_id = renewal(sim)
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
 
-    def pay() -> None:
-        client = make_client(sim.base_url)
-        barrier.wait()
+    def pay(client: stripe.StripeClient) -> str:
         try:
             inv = client.v1.invoices.pay(inv_id, options={"idempotency_key": "burst"})
-            outcomes.append("paid" if inv.status == "paid" else "?")
+            return "paid" if inv.status == "paid" else "?"
         except stripe.APIError as exc:
-            outcomes.append("409" if exc.http_status == 409 else f"error {exc.http_status}")
+            return "409" if exc.http_status == 409 else f"error {exc.http_status}"
 
-    threads = [threading.Thread(target=pay) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    clients = [make_client(sim.base_url) for _ in range(8)]
+    outcomes = run_together([functools.partial(pay, client) for client in clients], timeout=60)
     assert set(outcomes) <= {"paid", "409"} and "paid" in outcomes
     assert len(sim.successful_charges(inv_id)) == 1
 

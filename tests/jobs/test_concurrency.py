@@ -2,39 +2,20 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 
 from dunning.jobs.framework import job_run
 from dunning.models import TransitionReceipt as Receipt
 from tests.support.scenarios import cycle_of, failed_renewal
+from tests.support.threads import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def run_concurrently(job: str, workers: int = 2):
-    barrier = threading.Barrier(workers)
-    runs, failures = [], []
-
-    def work():
-        try:
-            barrier.wait(timeout=10)
-            runs.append(job_run(job))
-        except Exception as exc:  # surfaced below
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=work) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not failures, failures
-    return runs
+    return run_together([lambda: job_run(job)] * workers, timeout=120)
 
 
 def test_two_workers_sweeping_grace_change_each_cycle_exactly_once(sim, time_machine):
