@@ -18,6 +18,7 @@ from dunning.evidence.reprocessing import ReprocessRefused, event_reprocess
 from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, ProviderEvent, ProviderReceipt
 from dunning.models.inbox import EventReprocessing, ReprocessingStatus
 from subscriptions.models import Subscription
+from tests.support.scenarios import bring_back, failed_renewal_quarantined, hide
 from tests.support.threads import run_together
 
 URL = "/api/v1/events/{}/reprocess"
@@ -27,40 +28,11 @@ BODY = {"reason": "Provider confirmed the invoice exists now (replica lag)", "ti
 @contextlib.contextmanager
 def provider_lost(sim, object_id):
     """The provider's API answers 404 for the object (a lagging read replica) while inside."""
-    with sim.lock:
-        hidden = sim.store.objects.pop(object_id)
+    hidden = hide(sim, object_id)
     try:
         yield
     finally:
-        with sim.lock:
-            sim.store.objects[object_id] = hidden
-
-
-def hide(sim, object_id):
-    with sim.lock:
-        return sim.store.objects.pop(object_id)
-
-
-def bring_back(sim, obj):
-    with sim.lock:
-        sim.store.objects[obj["id"]] = obj
-
-
-def failed_renewal_quarantined(sim):
-    """A renewal fails while the provider's reads do not know the invoice: its events are held."""
-    customer = sim.create_customer("late@example.com", card="ok")
-    sub_id = sim.create_subscription(customer, "price_monthly_pro", amount=4900)
-    sim.deliver_all()
-    sim.set_card(customer, "insufficient_funds")
-    invoice_id = sim.create_renewal_invoice(sub_id)
-    sim.provider_attempt(invoice_id)
-    invoice = hide(sim, invoice_id)
-    sim.deliver_all()
-    event = ProviderEvent.objects.get(event_type="invoice.payment_failed", payload__data__object__id=invoice_id)
-    assert event.outcome == EventOutcome.QUARANTINED
-    assert event.outcome_detail == f"provider has no invoice {invoice_id}"
-    assert not DunningCycle.objects.filter(invoice__provider_invoice_id=invoice_id).exists()
-    return sub_id, invoice, event
+        bring_back(sim, hidden)
 
 
 def post(client, event, body=BODY, key="rp-1"):

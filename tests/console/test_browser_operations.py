@@ -14,12 +14,13 @@ from django.urls import reverse
 
 from dunning.actions.alerts import alert_raise
 from dunning.clock import trusted_now
-from dunning.models import Alert, AlertKind, DunningCycle, EventOutcome, ProviderEvent
+from dunning.models import Alert, AlertKind, DunningCycle
 from dunning.models.inbox import EventReprocessing
 from dunning.models.operations import AlertAction
 from subscriptions.models import Subscription
 from tests.console.conftest import screenshot
 from tests.console.test_browser import admin_login
+from tests.support.scenarios import bring_back, failed_renewal_quarantined
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,20 +32,10 @@ def operations_roles(roles):
 
 
 def quarantined_payment_failure(sim):
-    customer = sim.create_customer("grace.hopper@example.com", card="ok")
-    sub_id = sim.create_subscription(customer, "price_monthly_pro", amount=4900)
-    sim.deliver_all()
-    sim.set_card(customer, "insufficient_funds")
-    invoice_id = sim.create_renewal_invoice(sub_id)
-    sim.provider_attempt(invoice_id)
-    with sim.lock:  # the provider's reads lag: the invoice is not found while its events arrive
-        invoice = sim.store.objects.pop(invoice_id)
-    sim.deliver_all()
-    with sim.lock:
-        sim.store.objects[invoice_id] = invoice
-    event = ProviderEvent.objects.get(event_type="invoice.payment_failed", payload__data__object__id=invoice_id)
-    assert event.outcome == EventOutcome.QUARANTINED
-    return sub_id, invoice_id, event
+    """The provider's reads lag: the invoice is not found while its events arrive; then it is."""
+    sub_id, invoice, event = failed_renewal_quarantined(sim, email="grace.hopper@example.com")
+    bring_back(sim, invoice)
+    return sub_id, invoice["id"], event
 
 
 def test_lead_reprocesses_a_quarantined_event_and_resolves_an_alert(live_server, new_page, operations_roles, lead,

@@ -17,6 +17,7 @@ from dunning.models.inbox import EventReprocessing
 from dunning.models.operations import AlertAction
 from tests.console.conftest import PASSWORD
 from tests.support.actors import perms_of
+from tests.support.scenarios import bring_back, failed_renewal_quarantined
 
 pytestmark = pytest.mark.django_db
 
@@ -72,19 +73,9 @@ def test_the_event_list_says_why_each_event_was_held_and_filters_the_held_ones(c
 
 
 def test_a_lead_reprocesses_a_quarantined_event_from_its_page(client, lead, sim):
-    customer = sim.create_customer("held@example.com", card="ok")
-    sub_id = sim.create_subscription(customer, "price_monthly_pro", amount=4900)
-    sim.deliver_all()
-    sim.set_card(customer, "insufficient_funds")
-    invoice_id = sim.create_renewal_invoice(sub_id)
-    sim.provider_attempt(invoice_id)
-    with sim.lock:
-        invoice = sim.store.objects.pop(invoice_id)
-    sim.deliver_all()
-    event = ProviderEvent.objects.get(event_type="invoice.payment_failed", payload__data__object__id=invoice_id)
-    assert event.outcome == EventOutcome.QUARANTINED
-    with sim.lock:
-        sim.store.objects[invoice_id] = invoice
+    sub_id, invoice, event = failed_renewal_quarantined(sim, email="held@example.com")
+    invoice_id = invoice["id"]
+    bring_back(sim, invoice)
     client.force_login(lead)
 
     page = client.get(event_page(event)).content.decode()

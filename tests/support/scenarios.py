@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from dunning.acceptance.inputs import Cause
-from dunning.models import DunningCycle
+from dunning.models import DunningCycle, EventOutcome, ProviderEvent
 from tests.support.builders import reload
 
 _emails = itertools.count(1)
@@ -31,6 +31,35 @@ def failed_renewal(sim, *, price: str = "price_monthly_pro", decline: str = "sto
         return customer, invoice_id, None
     sim.deliver_all()
     return customer, invoice_id, cycle_of(invoice_id)
+
+
+def hide(sim, object_id: str) -> dict:
+    """The provider's reads stop knowing the object (a lagging read replica); returns it."""
+    with sim.lock:
+        return sim.store.objects.pop(object_id)
+
+
+def bring_back(sim, obj: dict) -> None:
+    with sim.lock:
+        sim.store.objects[obj["id"]] = obj
+
+
+def failed_renewal_quarantined(sim, *, email: str = "late@example.com") -> tuple[str, dict, ProviderEvent]:
+    """A renewal fails while the provider's reads do not know the invoice: its events are held.
+    The invoice stays hidden; `bring_back(sim, invoice)` ends the lag."""
+    customer = sim.create_customer(email, card="ok")
+    sub_id = sim.create_subscription(customer, "price_monthly_pro", amount=4900)
+    sim.deliver_all()
+    sim.set_card(customer, "insufficient_funds")
+    invoice_id = sim.create_renewal_invoice(sub_id)
+    sim.provider_attempt(invoice_id)
+    invoice = hide(sim, invoice_id)
+    sim.deliver_all()
+    event = ProviderEvent.objects.get(event_type="invoice.payment_failed", payload__data__object__id=invoice_id)
+    assert event.outcome == EventOutcome.QUARANTINED
+    assert event.outcome_detail == f"provider has no invoice {invoice_id}"
+    assert not DunningCycle.objects.filter(invoice__provider_invoice_id=invoice_id).exists()
+    return sub_id, invoice, event
 
 
 def cycle_of(invoice_id: str) -> DunningCycle:
