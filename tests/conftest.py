@@ -5,6 +5,9 @@ import pytest
 from config.celery import app as celery_app
 from tests.support.builders import make_policy
 
+# The page tests' browser fixtures (`browser`, `new_page`), defined once for every folder.
+pytest_plugins = ["tests.support.browser"]
+
 
 @pytest.fixture(autouse=True)
 def celery_in_process():

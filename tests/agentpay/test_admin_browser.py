@@ -4,7 +4,6 @@ as delivered (capture). Screenshots land in var/screenshots/agentpay_*.png (git-
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pytest
@@ -14,13 +13,12 @@ from django.urls import reverse
 from agentpay.bridge import trusted_now
 from agentpay.jobs import agentpay_job_run
 from agentpay.models import IntentReceipt, PaymentIntent, Transfer
-from tests.console.conftest import browser, new_page, screenshot  # noqa: F401 (fixtures)
+from tests.support.browser import screenshot
 
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's loop beside Django's ORM
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_lead_takes_ownership_and_resolves_a_review_in_the_browser(live_server, new_page, funded, routes,  # noqa: F811
+def test_a_lead_takes_ownership_and_resolves_a_review_in_the_browser(live_server, new_page, funded, routes,
                                                                      upstream, call, lead):
     intent = PaymentIntent.objects.get(intent_id=call("boom").json()["intent_id"])
     upstream.status_override[intent.fulfillment.fulfillment_id] = "in_progress"

@@ -12,7 +12,8 @@ from django.urls import reverse
 
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, IncidentSwitch
-from tests.console.conftest import PASSWORD, screenshot
+from tests.console.conftest import PASSWORD
+from tests.support.browser import screenshot
 from tests.support.builders import reload
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,8 +18,8 @@ from dunning.models import Alert, AlertKind, DunningCycle
 from dunning.models.inbox import EventReprocessing
 from dunning.models.operations import AlertAction
 from subscriptions.models import Subscription
-from tests.console.conftest import screenshot
 from tests.console.test_browser import admin_login
+from tests.support.browser import screenshot
 from tests.support.scenarios import bring_back, failed_renewal_quarantined
 
 pytestmark = pytest.mark.django_db(transaction=True)

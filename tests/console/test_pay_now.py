@@ -18,8 +18,9 @@ from dunning.jobs.framework import job_run
 from dunning.models import PaymentAttempt
 from dunning.models import TransitionReceipt as Receipt
 from subscriptions.providers.registry import get_provider
-from tests.console.conftest import PASSWORD, screenshot
+from tests.console.conftest import PASSWORD
 from tests.console.test_billing_pages import assert_plain
+from tests.support.browser import screenshot
 from tests.support.builders import accept
 from tests.support.scenarios import cycle_of, failed_renewal
 

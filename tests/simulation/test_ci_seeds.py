@@ -36,6 +36,7 @@ TOTALS = {"steps": 0, "seconds": 0.0}
 
 
 @pytest.mark.django_db
+@pytest.mark.timeout(max(1800, 3 * STEPS))  # one seed and its shrink, at any SIMULATION_STEPS
 @pytest.mark.parametrize("seed", _seeds())
 def test_seed_has_no_invariant_violation(seed):
     started = time.perf_counter()
