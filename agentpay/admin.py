@@ -26,6 +26,7 @@ from agentpay.admin_review import (
 )
 from agentpay.composite import NEEDS_REVIEW_STATUSES, display_status_or_violation
 from agentpay.models import (
+    FulfillmentStatusQuery,
     GatewayRequest,
     IntentReceipt,
     LedgerAccount,
@@ -199,6 +200,15 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     list_display = ("dedupe_key", "topic", "created_at", "published_at", "delivery_attempts", "last_error")
     list_filter = ("topic",)
     search_fields = ("dedupe_key", "intent__intent_id")
+    show_full_result_count = False
+
+
+@admin.register(FulfillmentStatusQuery)
+class FulfillmentStatusQueryAdmin(ReadOnlyAdmin):
+    list_display = ("fulfillment", "asked_at", "answer", "fenced", "http_status", "latency_ms", "proves", "error")
+    list_filter = ("answer", "timed_out")
+    list_select_related = ("fulfillment",)
+    search_fields = ("fulfillment__fulfillment_id", "fulfillment__intent__intent_id", "=request_id")
     show_full_result_count = False
 
 

@@ -20,7 +20,15 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from agentpay.models import GatewayRequest, IntentReceipt, LedgerAccount, OutboxMessage, PaymentIntent, Transfer
+from agentpay.models import (
+    FulfillmentStatusQuery,
+    GatewayRequest,
+    IntentReceipt,
+    LedgerAccount,
+    OutboxMessage,
+    PaymentIntent,
+    Transfer,
+)
 from agentpay.selectors import intent_display_status
 from agentpay.services.acceptance import REVIEW_PERMISSION
 from agentpay.services.ledger import LedgerRefusal
@@ -145,14 +153,15 @@ def wallet_credit_view(model_admin: admin.ModelAdmin, request: HttpRequest, obje
 @dataclass(frozen=True)
 class TimelineRow:
     at: datetime
-    kind: str  # receipt, refusal, ledger, request, outbox
+    kind: str  # receipt, refusal, ledger, request, query, outbox
     what: str
     detail: str
     who: str = ""
 
 
 def intent_timeline(intent: PaymentIntent) -> list[TimelineRow]:
-    """Receipts (accepted and refused), ledger transfers, the requests and outbox rows, in time order."""
+    """Receipts (accepted and refused), ledger transfers, the requests, every status query and the
+    outbox rows, in time order."""
     rows: list[TimelineRow] = []
     for r in IntentReceipt.objects.filter(intent=intent).order_by("pk"):
         moved = f"{r.from_state} → {r.to_state}" if r.accepted else f"refused {r.refusal_code}: {r.detail}"
@@ -165,8 +174,19 @@ def intent_timeline(intent: PaymentIntent) -> list[TimelineRow]:
     for g in GatewayRequest.objects.filter(intent=intent).order_by("received_at"):
         rows.append(TimelineRow(g.received_at, "request", f"{g.method} {g.path[:80]}",
                                 f"request_id {g.request_id} → {g.answer_status or '…'} {g.answer_problem}".strip()))
+    for q in FulfillmentStatusQuery.objects.filter(fulfillment__intent=intent).order_by("pk"):
+        rows.append(TimelineRow(q.asked_at, "query", f"status query → {q.answer}{' (fenced)' if q.fenced else ''}",
+                                status_query_detail(q), "upstream"))
     for o in OutboxMessage.objects.filter(intent=intent).order_by("pk"):
         state = f"published {o.published_at:%H:%M:%S}" if o.published_at else "not yet published"
         rows.append(TimelineRow(o.created_at, "outbox", f"{o.topic} #{o.payload.get('generation')}",
                                 f"{o.payload.get('display_status', '')} · {state}"))
     return sorted(rows, key=lambda row: row.at)
+
+
+def status_query_detail(q: FulfillmentStatusQuery) -> str:
+    seen = f"HTTP {q.http_status}" if q.http_status else ("timed out" if q.timed_out else "no HTTP answer")
+    parts = [seen, f"{q.latency_ms} ms" if q.latency_ms is not None else "", q.error,
+             f"proves {q.proves}" if q.proves else "proves nothing",
+             f"request_id {q.request_id}" if q.request_id else ""]
+    return " · ".join(p for p in parts if p)

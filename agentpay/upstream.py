@@ -12,10 +12,13 @@ route that declares `fences_not_found` move the fulfillment; anything else leave
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
+import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from django.conf import settings
@@ -77,35 +80,63 @@ def upstream_forward(*, route: PricedRoute, fulfillment_id: str, request_id: uui
 @dataclass(frozen=True)
 class StatusAnswer:
     """The upstream's word on one fulfillment: succeeded, failed, not_found, in_progress, or
-    `error: …` when it did not answer the contract; `fenced` for a not_found that fences the key."""
+    `error: …` when it did not answer the contract; `fenced` for a not_found that fences the key.
+    The rest is what the evidence row keeps (wallet-ledger-spec §9.3): the HTTP status, how long
+    it took, a digest of the body, why it was inconclusive, and the request id we sent."""
 
     answer: str
     fenced: bool = False
+    http_status: int | None = None
+    latency_ms: int | None = None
+    body_digest: str = ""
+    error: str = ""
+    timed_out: bool = False
+    request_id: uuid.UUID | None = None
+
+    @property
+    def conclusive(self) -> bool:
+        return not self.answer.startswith("error")
 
 
-def upstream_status_query(*, route: PricedRoute, fulfillment_id: str) -> StatusAnswer:
-    """GET <status_query_url>/<ful_id> (wallet-ledger-spec §9.3)."""
+def upstream_status_query(*, route: PricedRoute, fulfillment_id: str,
+                          request_id: uuid.UUID | None = None) -> StatusAnswer:
+    """GET <status_query_url>/<ful_id> (wallet-ledger-spec §9.3), with `AgentPay-Request-Id`."""
+    request_id = request_id or uuid.uuid4()
+
+    def inconclusive(error: str, **seen: Any) -> StatusAnswer:
+        return StatusAnswer(f"error: {error}"[:200], error=error, request_id=request_id, **seen)
+
     if not route.status_query_url:
-        return StatusAnswer("error: the route has no status query URL")
+        return inconclusive("the route has no status query URL")
     url = route.status_query_url.rstrip("/") + "/" + quote(fulfillment_id)
     conn, target = _connection(url, settings.AGENTPAY_STATUS_QUERY_TIMEOUT_SECONDS)
+    started = time.monotonic()
     try:
-        conn.request("GET", target, headers={"Accept": "application/json"})
+        conn.request("GET", target, headers={"Accept": "application/json", "AgentPay-Request-Id": str(request_id)})
         response = conn.getresponse()
         data = response.read()
+    except TimeoutError as exc:
+        return inconclusive(f"timed out: {exc}", timed_out=True, latency_ms=_since(started))
     except (http.client.HTTPException, OSError) as exc:
-        return StatusAnswer(f"error: {type(exc).__name__}: {exc}")
+        return inconclusive(f"{type(exc).__name__}: {exc}", latency_ms=_since(started))
     finally:
         conn.close()
+    seen: dict[str, Any] = {"http_status": response.status, "latency_ms": _since(started),
+                            "body_digest": hashlib.sha256(data).hexdigest()}
     if response.status != 200:  # only a 200 counts (§9.3); a 404 page is not "not found"
-        return StatusAnswer(f"error: HTTP {response.status}")
+        return inconclusive(f"HTTP {response.status}", **seen)
     try:
         body = json.loads(data)
         status = body["status"]
     except (ValueError, KeyError, TypeError):
-        return StatusAnswer("error: not the status contract")
+        return inconclusive("not the status contract", **seen)
     if body.get("fulfillment_id", fulfillment_id) != fulfillment_id:
-        return StatusAnswer(f"error: the answer is about {str(body.get('fulfillment_id'))[:64]}")
+        return inconclusive(f"the answer is about {str(body.get('fulfillment_id'))[:64]}", **seen)
     if status not in ("succeeded", "failed", "not_found", "in_progress"):
-        return StatusAnswer(f"error: status {str(status)[:40]!r}")
-    return StatusAnswer(status, fenced=status == "not_found" and body.get("fenced") is True)
+        return inconclusive(f"status {str(status)[:40]!r}", **seen)
+    return StatusAnswer(status, fenced=status == "not_found" and body.get("fenced") is True, request_id=request_id,
+                        **seen)
+
+
+def _since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -1,12 +1,13 @@
 from agentpay.models.audit import CauseKind, GatewayRequest, IntentReceipt, OutboxMessage
+from agentpay.models.evidence import FulfillmentStatusQuery, StatusQueryAnswer
 from agentpay.models.ledger import AccountKind, LedgerAccount, Transfer, TransferKind
 from agentpay.models.payments import Fulfillment, PaymentIntent, ReviewQueueIntent, Settlement
 from agentpay.models.permissions import AgentPayConsole
 from agentpay.models.tenants import HttpMethod, PricedRoute, Tenant, TenantApiKey, TenantStatus
 
 __all__ = [
-    "AccountKind", "AgentPayConsole", "CauseKind", "Fulfillment", "GatewayRequest", "HttpMethod", "IntentReceipt",
-    "LedgerAccount", "OutboxMessage", "PaymentIntent", "PricedRoute", "ReviewQueueIntent", "Settlement", "Tenant",
-    "TenantApiKey",
-    "TenantStatus", "Transfer", "TransferKind",
+    "AccountKind", "AgentPayConsole", "CauseKind", "Fulfillment", "FulfillmentStatusQuery", "GatewayRequest",
+    "HttpMethod", "IntentReceipt", "LedgerAccount", "OutboxMessage", "PaymentIntent", "PricedRoute",
+    "ReviewQueueIntent", "Settlement", "StatusQueryAnswer", "Tenant", "TenantApiKey", "TenantStatus", "Transfer",
+    "TransferKind",
 ]

@@ -17,15 +17,17 @@ from django.db import transaction
 from django.db.models import Count, F, Q
 
 from agentpay.bridge import trusted_now
-from agentpay.models import Fulfillment, IntentReceipt, PaymentIntent
+from agentpay.models import Fulfillment, FulfillmentStatusQuery, IntentReceipt, PaymentIntent, StatusQueryAnswer
 from agentpay.services.acceptance import REVIEW_PERMISSION, intent_accept
 from agentpay.services.results import Cause, Outcome, Refusal, Step
 from agentpay.upstream import StatusAnswer, upstream_status_query
 
 
-def _query_steps(answer: StatusAnswer, intent: PaymentIntent) -> list[Step]:
+def _query_steps(answer: StatusAnswer, intent: PaymentIntent, query_id: int | None = None) -> list[Step]:
     """The steps a status-query answer proves; [] when it proves nothing (§9.3)."""
-    evidence = {"source": "status_query", "answer": answer.answer, "fenced": answer.fenced}
+    evidence: dict[str, Any] = {"source": "status_query", "answer": answer.answer, "fenced": answer.fenced}
+    if query_id is not None:
+        evidence["query_id"] = query_id  # the FulfillmentStatusQuery row this step cites
     # Evidence applies in needs_review too (C04); only the intent waits for a person.
     close = intent.state == "authorized"
     if answer.answer == "succeeded":
@@ -37,19 +39,35 @@ def _query_steps(answer: StatusAnswer, intent: PaymentIntent) -> list[Step]:
     return []
 
 
+def status_query_record(*, fulfillment: Fulfillment, answer: StatusAnswer, proves: str,
+                        now: datetime) -> FulfillmentStatusQuery:
+    """One evidence row per query, conclusive or not (§9.3); and the fulfillment's counters."""
+    with transaction.atomic():
+        row = FulfillmentStatusQuery.objects.create(
+            fulfillment=fulfillment, asked_at=now,
+            answer=answer.answer if answer.conclusive else StatusQueryAnswer.INCONCLUSIVE, fenced=answer.fenced,
+            http_status=answer.http_status, latency_ms=answer.latency_ms, timed_out=answer.timed_out,
+            body_digest=answer.body_digest, error=answer.error, request_id=answer.request_id, proves=proves)
+        # Bookkeeping only (not a state): how often and what we asked, for the review queue.
+        Fulfillment.objects.filter(pk=fulfillment.pk).update(status_queries=F("status_queries") + 1,
+                                                             last_status_query_at=now,
+                                                             last_status_query_answer=answer.answer[:64])
+    return row
+
+
 def fulfillment_resolve_by_query(*, intent: PaymentIntent, cause: Cause, now: datetime) -> tuple[str, Outcome | None]:
-    """Ask the upstream about this intent's fulfillment (outside any transaction) and accept what
-    it proves. Returns (the upstream's answer, the acceptance or None when nothing was proven)."""
+    """Ask the upstream about this intent's fulfillment (outside any transaction), record the
+    answer as evidence, and accept what it proves. Returns (the upstream's answer, the
+    acceptance or None when nothing was proven)."""
     fulfillment = intent.fulfillment
     answer = upstream_status_query(route=intent.route, fulfillment_id=fulfillment.fulfillment_id)
-    # Bookkeeping only (not a state): how often and what we asked, for the review queue.
-    Fulfillment.objects.filter(pk=fulfillment.pk).update(status_queries=F("status_queries") + 1,
-                                                         last_status_query_at=now,
-                                                         last_status_query_answer=answer.answer[:64])
-    steps = _query_steps(answer, intent)
-    if not steps:
+    proven = _query_steps(answer, intent)
+    row = status_query_record(fulfillment=fulfillment, answer=answer, proves=proven[0].event if proven else "",
+                              now=now)
+    if not proven:
         return answer.answer, None
-    return answer.answer, intent_accept(intent_id=intent.intent_id, steps=steps, cause=cause, now=now)
+    return answer.answer, intent_accept(intent_id=intent.intent_id, steps=_query_steps(answer, intent, row.pk),
+                                        cause=cause, now=now)
 
 
 def intent_pass_recovery_deadline(*, intent: PaymentIntent, cause: Cause, now: datetime) -> Outcome:

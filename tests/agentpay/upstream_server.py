@@ -4,7 +4,8 @@ The path chooses the behaviour: /ok (200 JSON), /bad (422), /boom (503), /hang (
 route's read timeout), /drop (answers 200 with a Content-Length it never fills, then closes),
 /code/<n> (answers status n: executed for 2xx and 5xx, not executed for 4xx; a 3xx redirects).
 Every call is remembered by its Idempotency-Key, and GET /status/<ful_id> implements the status
-query contract from what the server did (or from `status_override`).
+query contract from what the server did (or from `status_override`; a number there answers that
+HTTP status, "hang" sleeps `hang_seconds`). Status queries are remembered in `status_queries`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Upstream:
         self.calls: list[dict] = []
         self.outcomes: dict[str, str] = {}  # ful_id -> succeeded | failed | in_progress
         self.status_override: dict[str, str] = {}
+        self.status_queries: list[dict] = []
         self.hang_seconds = 3.0
         self._lock = threading.Lock()
         upstream = self
@@ -41,8 +43,16 @@ class Upstream:
             def do_GET(self) -> None:
                 if self.path.startswith("/status/"):
                     ful = self.path.rsplit("/", 1)[-1]
+                    with upstream._lock:
+                        upstream.status_queries.append({"ful": ful,
+                                                        "request_id": self.headers.get("AgentPay-Request-Id")})
                     status = upstream.status_override.get(ful) or upstream.outcomes.get(ful, "not_found")
-                    self._json(200, {"status": status})
+                    if status == "hang":
+                        time.sleep(upstream.hang_seconds)
+                    elif status.isdigit():
+                        self._json(int(status), {"error": "not now"})
+                    else:
+                        self._json(200, {"status": status})
                     return
                 self._call()
 
