@@ -133,8 +133,8 @@ class ReviewQueueAdmin(PaymentIntentAdmin):
 
 @admin.register(Tenant)
 class TenantAdmin(ReadOnlyAdmin):
-    list_display = ("tenant_id", "name", "status", "subscription_ref", "created_at")
-    search_fields = ("tenant_id", "name")
+    list_display = ("tenant_id", "name", "status", "subscription_ref", "provider_customer_ref", "created_at")
+    search_fields = ("tenant_id", "name", "provider_customer_ref")
 
 
 @admin.register(LedgerAccount)

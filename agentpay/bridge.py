@@ -1,20 +1,24 @@
 """Everything AgentPay takes from the dunning/subscriptions/entitlements side, in one place.
 
 Seed 003 keeps usage billing apart from subscription debt: AgentPay never writes a dunning
-cycle. It reads two things: the trusted clock, and whether a tenant's linked subscription may
-use API tokens (its entitlement profile). Those modules are about to move; only this file
-changes when they do.
+cycle. It reads three things: the trusted clock, whether a tenant's linked subscription may
+use API tokens (its entitlement profile), and provider objects (a top-up's PaymentIntent) through
+the subscriptions side's Stripe adapter (the official SDK, `STRIPE_API_BASE` and friends). Those
+modules are about to move; only this file changes when they do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from dunning.clock import now_is_not_ahead as _now_is_not_ahead
 from dunning.clock import trusted_now as _trusted_now
 from entitlements.profiles import get_profile
 from subscriptions.models import Subscription
+from subscriptions.providers.base import ProviderError, ProviderIndeterminate, ProviderNotFound
+from subscriptions.providers.registry import get_provider
 
 
 def trusted_now() -> datetime:
@@ -53,3 +57,28 @@ def api_access_for(subscription_ref: str, *, method: str) -> ApiAccess:
     if profile.api_tokens == "read_only" and method != "GET":
         return ApiAccess(False, profile.name, f"the subscription's access ({profile.name}) allows read-only calls")
     return ApiAccess(True, profile.name)
+
+
+class ProviderUnavailable(Exception):
+    """The provider did not answer (timeout, connection error, 5xx, rate limit): nothing is known."""
+
+
+class ProviderNoSuchObject(Exception):
+    """The provider says there is no such object."""
+
+
+class ProviderRefusedRequest(Exception):
+    """The provider answered, but refused the request (a 4xx other than not found)."""
+
+
+def provider_payment_fetch(payment_id: str) -> dict[str, Any]:
+    """A PaymentIntent (`pi_…`) or charge (`ch_…`, `py_…`) as Stripe returns it now, fetched with the
+    official SDK through the subscriptions adapter (no retries, `STRIPE_TIMEOUT_SECONDS`)."""
+    try:
+        return dict(get_provider().fetch_payment(payment_id).raw)
+    except ProviderIndeterminate as exc:
+        raise ProviderUnavailable(str(exc)) from exc
+    except ProviderNotFound as exc:
+        raise ProviderNoSuchObject(str(exc)) from exc
+    except ProviderError as exc:
+        raise ProviderRefusedRequest(str(exc)) from exc

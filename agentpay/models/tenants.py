@@ -22,6 +22,9 @@ class Tenant(models.Model):
     # The provider subscription (sub_…) whose entitlement profile says whether API calls are
     # allowed. A reference, not a foreign key: agentpay reads entitlements, never owns them.
     subscription_ref = models.CharField(max_length=255, blank=True, default="")
+    # The provider customer (cus_…) whose payments top this tenant's wallet up, when a payment does
+    # not name the tenant in metadata.agentpay_tenant (services/topups.py).
+    provider_customer_ref = models.CharField(max_length=255, blank=True, default="", db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -14,9 +14,12 @@ from agentpay.models import Tenant
 from agentpay.services.ledger import wallet_ensure
 
 
-def tenant_create(*, name: str, currency: str | None = None, subscription_ref: str = "") -> Tenant:
-    """A new tenant with an empty wallet in `currency` (default AGENTPAY_DEFAULT_CURRENCY)."""
+def tenant_create(*, name: str, currency: str | None = None, subscription_ref: str = "",
+                  provider_customer_ref: str = "") -> Tenant:
+    """A new tenant with an empty wallet in `currency` (default AGENTPAY_DEFAULT_CURRENCY);
+    `provider_customer_ref` (cus_…) is the Stripe customer whose payments top it up."""
     with transaction.atomic(durable=True):
-        tenant = Tenant.objects.create(name=name, subscription_ref=subscription_ref)
+        tenant = Tenant.objects.create(name=name, subscription_ref=subscription_ref,
+                                       provider_customer_ref=provider_customer_ref)
         wallet_ensure(tenant=tenant, currency=(currency or settings.AGENTPAY_DEFAULT_CURRENCY).lower())
     return tenant

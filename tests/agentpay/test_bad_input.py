@@ -55,6 +55,8 @@ def test_a_binary_body_with_nuls_is_forwarded_as_is(funded, routes, upstream, ca
 def test_the_agentpay_schema_is_published_apart(client, db):
     mine = client.get("/agentpay/v1/schema/", HTTP_ACCEPT="application/json").json()
     assert set(mine["paths"]) == {"/agentpay/v1/routes/{route}/{subpath}", "/agentpay/v1/routes/{route}",
-                                  "/agentpay/v1/intents/{intent_id}"}
+                                  "/agentpay/v1/intents/{intent_id}", "/agentpay/v1/wallet/topups"}
+    topup = mine["paths"]["/agentpay/v1/wallet/topups"]["post"]
+    assert {"201", "200", "400", "404", "422", "503"} <= set(topup["responses"])
     billing = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     assert not [p for p in billing["paths"] if p.startswith("/agentpay/")]
