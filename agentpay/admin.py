@@ -37,6 +37,8 @@ from agentpay.models import (
     Settlement,
     Tenant,
     Transfer,
+    WebhookAttempt,
+    WebhookDelivery,
 )
 from agentpay.states import Lines
 
@@ -209,6 +211,23 @@ class FulfillmentStatusQueryAdmin(ReadOnlyAdmin):
     list_filter = ("answer", "timed_out")
     list_select_related = ("fulfillment",)
     search_fields = ("fulfillment__fulfillment_id", "fulfillment__intent__intent_id", "=request_id")
+    show_full_result_count = False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ("dedupe_key", "tenant", "url", "delivered_at", "attempts", "last_status", "last_error")
+    list_filter = ("last_status",)
+    list_select_related = ("tenant",)
+    search_fields = ("dedupe_key", "tenant__tenant_id", "tenant__name")
+    show_full_result_count = False
+
+
+@admin.register(WebhookAttempt)
+class WebhookAttemptAdmin(ReadOnlyAdmin):
+    list_display = ("delivery", "attempted_at", "http_status", "latency_ms", "error")
+    list_select_related = ("delivery",)
+    search_fields = ("delivery__dedupe_key",)
     show_full_result_count = False
 
 

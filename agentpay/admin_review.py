@@ -28,6 +28,7 @@ from agentpay.models import (
     OutboxMessage,
     PaymentIntent,
     Transfer,
+    WebhookAttempt,
 )
 from agentpay.selectors import intent_display_status
 from agentpay.services.acceptance import REVIEW_PERMISSION
@@ -153,15 +154,15 @@ def wallet_credit_view(model_admin: admin.ModelAdmin, request: HttpRequest, obje
 @dataclass(frozen=True)
 class TimelineRow:
     at: datetime
-    kind: str  # receipt, refusal, ledger, request, query, outbox
+    kind: str  # receipt, refusal, ledger, request, query, outbox, webhook
     what: str
     detail: str
     who: str = ""
 
 
 def intent_timeline(intent: PaymentIntent) -> list[TimelineRow]:
-    """Receipts (accepted and refused), ledger transfers, the requests, every status query and the
-    outbox rows, in time order."""
+    """Receipts (accepted and refused), ledger transfers, the requests, every status query, the
+    outbox rows and the webhook POSTs to the tenant, in time order."""
     rows: list[TimelineRow] = []
     for r in IntentReceipt.objects.filter(intent=intent).order_by("pk"):
         moved = f"{r.from_state} → {r.to_state}" if r.accepted else f"refused {r.refusal_code}: {r.detail}"
@@ -181,6 +182,9 @@ def intent_timeline(intent: PaymentIntent) -> list[TimelineRow]:
         state = f"published {o.published_at:%H:%M:%S}" if o.published_at else "not yet published"
         rows.append(TimelineRow(o.created_at, "outbox", f"{o.topic} #{o.payload.get('generation')}",
                                 f"{o.payload.get('display_status', '')} · {state}"))
+    for a in WebhookAttempt.objects.filter(delivery__message__intent=intent).select_related("delivery").order_by("pk"):
+        rows.append(TimelineRow(a.attempted_at, "webhook", f"POST {a.url[:80]}",
+                                f"{a.delivery.dedupe_key} → {a.http_status or a.error[:120]}"))
     return sorted(rows, key=lambda row: row.at)
 
 

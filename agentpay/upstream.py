@@ -140,3 +140,25 @@ def upstream_status_query(*, route: PricedRoute, fulfillment_id: str,
 
 def _since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
+
+
+@dataclass(frozen=True)
+class CallbackAnswer:
+    status: int | None
+    latency_ms: int
+    error: str = ""
+
+
+def callback_post(*, url: str, body: bytes, headers: dict[str, str], timeout: float) -> CallbackAnswer:
+    """POST a tenant callback (services/webhooks.py); redirects are not followed."""
+    conn, target = _connection(url, timeout)
+    started = time.monotonic()
+    try:
+        conn.request("POST", target, body=body, headers={"Content-Type": "application/json", **headers})
+        response = conn.getresponse()
+        response.read()
+    except (http.client.HTTPException, OSError) as exc:
+        return CallbackAnswer(None, _since(started), f"{type(exc).__name__}: {exc}"[:2000])
+    finally:
+        conn.close()
+    return CallbackAnswer(response.status, _since(started))

@@ -17,3 +17,7 @@ AGENTPAY_LOGGED_BODY_BYTES = int(os.environ.get("AGENTPAY_LOGGED_BODY_BYTES", st
 AGENTPAY_STATUS_QUERY_TIMEOUT_SECONDS = float(os.environ.get("AGENTPAY_STATUS_QUERY_TIMEOUT_SECONDS", "5"))
 # Every tenant gets a wallet in this currency when it is set up (services.tenants.tenant_create).
 AGENTPAY_DEFAULT_CURRENCY = os.environ.get("AGENTPAY_DEFAULT_CURRENCY", "usd").lower()
+# Tenant callbacks (services/webhooks.py): the signing secrets are derived from this key (default:
+# SECRET_KEY) and each endpoint's salt; changing it invalidates every tenant's secret.
+AGENTPAY_WEBHOOK_SIGNING_KEY = os.environ.get("AGENTPAY_WEBHOOK_SIGNING_KEY", "")
+AGENTPAY_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTPAY_WEBHOOK_TIMEOUT_SECONDS", "5"))

@@ -4,10 +4,11 @@ from agentpay.models.ledger import AccountKind, LedgerAccount, Transfer, Transfe
 from agentpay.models.payments import Fulfillment, PaymentIntent, ReviewQueueIntent, Settlement
 from agentpay.models.permissions import AgentPayConsole
 from agentpay.models.tenants import HttpMethod, PricedRoute, Tenant, TenantApiKey, TenantStatus
+from agentpay.models.webhooks import TenantWebhookEndpoint, WebhookAttempt, WebhookDelivery
 
 __all__ = [
     "AccountKind", "AgentPayConsole", "CauseKind", "Fulfillment", "FulfillmentStatusQuery", "GatewayRequest",
     "HttpMethod", "IntentReceipt", "LedgerAccount", "OutboxMessage", "PaymentIntent", "PricedRoute",
-    "ReviewQueueIntent", "Settlement", "StatusQueryAnswer", "Tenant", "TenantApiKey", "TenantStatus", "Transfer",
-    "TransferKind",
+    "ReviewQueueIntent", "Settlement", "StatusQueryAnswer", "Tenant", "TenantApiKey", "TenantStatus",
+    "TenantWebhookEndpoint", "Transfer", "TransferKind", "WebhookAttempt", "WebhookDelivery",
 ]

@@ -7,10 +7,11 @@ marked published; a consumer that fails leaves the row unpublished with its erro
 run. Delivery is at least once, so consumers are idempotent: they key on `dedupe_key`
 (`pi_…:<generation>`).
 
-What consumes the rows today: only the structured log line below (one JSON line per change,
-with the intent, its generation, display status and the `request_id` that caused it), which is
-what ops tooling and the request-log search read. No webhook to tenants or other effect exists
-yet; when one comes, it is a consumer here, deduplicating on `dedupe_key`.
+What consumes the rows: the structured log line below (one JSON line per change, with the
+intent, its generation, display status and the `request_id` that caused it), which is what ops
+tooling and the request-log search read; and the signed webhook to the intent's tenant
+(`services/webhooks.py`), deduplicated by a delivery row per (message, tenant). Every consumer
+of a row runs even when another fails; the row is published when all of them succeeded.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from django.db.models import F, Q
 
 from agentpay.models import OutboxMessage
 from agentpay.services.acceptance import OUTBOX_TOPIC
+from agentpay.services.webhooks import webhook_deliver
 
 events_log = logging.getLogger("agentpay.events")
 Consumer = Callable[[OutboxMessage], None]
@@ -42,7 +44,7 @@ def log_intent_changed(message: OutboxMessage) -> None:
         sort_keys=True))
 
 
-CONSUMERS: dict[str, list[Consumer]] = {OUTBOX_TOPIC: [log_intent_changed]}
+CONSUMERS: dict[str, list[Consumer]] = {OUTBOX_TOPIC: [log_intent_changed, webhook_deliver]}
 
 
 @dataclass
@@ -67,13 +69,15 @@ def outbox_relay(*, now: datetime, batch: int = 200) -> Relayed:
         if claimed != 1:
             result.skipped += 1
             continue
-        message = OutboxMessage.objects.get(pk=pk)
-        try:
-            for consumer in CONSUMERS.get(message.topic, []):
+        message = OutboxMessage.objects.select_related("intent").get(pk=pk)
+        errors = []
+        for consumer in CONSUMERS.get(message.topic, []):
+            try:
                 consumer(message)
-        except Exception as exc:  # a consumer's failure must not stop the others' rows
-            OutboxMessage.objects.filter(pk=pk).update(claimed_until=None, last_error=f"{type(exc).__name__}: "
-                                                                                      f"{exc}"[:2000])
+            except Exception as exc:  # one consumer's failure neither stops the others nor other rows
+                errors.append(f"{getattr(consumer, '__name__', consumer)}: {type(exc).__name__}: {exc}")
+        if errors:
+            OutboxMessage.objects.filter(pk=pk).update(claimed_until=None, last_error="\n".join(errors)[:2000])
             result.failed += 1
             continue
         OutboxMessage.objects.filter(pk=pk, published_at__isnull=True).update(published_at=now, claimed_until=None,
