@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import agentpay_bench
 from bench.common import (
     ACCOUNT,
     CHILDREN,
@@ -53,8 +54,8 @@ LOG_DIR = OUT_DIR / "logs"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description="Throughput, latency and scale bench.")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, < 60 s, targets not judged (CI)")
-    p.add_argument("--only", default="accept,webhook,restore,sweep",
-                   help="comma-separated phases to run (accept, webhook, restore, sweep)")
+    p.add_argument("--only", default="accept,webhook,restore,sweep,agentpay",
+                   help="comma-separated phases to run (accept, webhook, restore, sweep, agentpay)")
     p.add_argument("--accept-seconds", type=float, default=None, help="per client count (default 10, smoke 2)")
     p.add_argument("--pgbench-scale", type=int, default=None, help="pgbench -i -s (default 10, smoke 1)")
     p.add_argument("--rate", type=float, default=200.0, help="offered webhook rate, deliveries/s")
@@ -73,8 +74,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a Redis database the bench may own and flush (must be empty or the bench's)")
     p.add_argument("--keep-dbs", action="store_true", help="leave the bench_dunning_* databases behind")
     p.add_argument("--out", default=str(OUT_DIR / "results.json"))
+    agentpay_bench.add_arguments(p)
     a = p.parse_args(argv)
     smoke = a.smoke
+    agentpay_bench.finish_arguments(a)
     a.accept_seconds = a.accept_seconds or (2.0 if smoke else 10.0)
     a.pgbench_scale = a.pgbench_scale or (1 if smoke else 10)
     a.webhook_seconds = a.webhook_seconds or (1.0 if smoke else 15.0)
@@ -696,8 +699,10 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
                       and rl["all_restricted"], smoke))
             mb = rl["peak_rss_kb"] / 1024
             row(f"sweep worker peak RSS ({large})", f"{mb:.0f} MB", "< 300 MB", judge(mb, mb < 300, smoke))
+    if results.get("agentpay"):
+        agentpay_bench.table_rows(results["agentpay"], row, judge, smoke)
     speeds = [f"{name} {min(r['machine_loop_s']):.2f}-{max(r['machine_loop_s']):.2f}"
-              for name in ("accept", "webhook", "restore", "sweep")
+              for name in ("accept", "webhook", "restore", "sweep", "agentpay")
               if (r := results.get(name)) and r.get("machine_loop_s")]
     if speeds:
         row("  (info) machine: 10^7-loop seconds per phase", "; ".join(speeds), "same machine, same speed", "info")
@@ -746,7 +751,8 @@ def main(argv: list[str] | None = None) -> int:
         if "webhook" in args.phases or "restore" in args.phases:
             redis = RedisDb(args.redis_url)
         phases = {"accept": lambda: phase_accept(args), "webhook": lambda: phase_webhook(args, redis),
-                  "restore": lambda: phase_restore(args, redis), "sweep": lambda: phase_sweep(args)}
+                  "restore": lambda: phase_restore(args, redis), "sweep": lambda: phase_sweep(args),
+                  "agentpay": lambda: agentpay_bench.phase(args, fresh_db, LOG_DIR, OUT_DIR)}
         for name, phase in phases.items():
             if name in args.phases:
                 began = elapsed()

@@ -1,0 +1,286 @@
+"""The `agentpay` phase of the bench (issue 17 item 8). See bench/README.md.
+
+(a) Hold + capture throughput: N spawned workers (`bench.agentpay_worker`) run paid calls through
+    the real services for a fixed time, on one hot wallet and on 1,000 wallets, each beside
+    `pgbench -b tpcb-like` with the same client count on its own database. Target: ≥ 25 %.
+(b) The gateway's added p99: an open-loop aiohttp client offers calls at a fixed rate (200/s)
+    to the upstream directly, then through the gateway (gunicorn, 2 sync workers) to the same
+    upstream on loopback; latency from each request's due time. Target: added p99 < 10 ms.
+Both with a pyinstrument profile of what bounds them (`var/bench/agentpay_*_profile.txt`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import re
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    CHILDREN,
+    DB_PREFIX,
+    PG_HOST,
+    PG_PORT,
+    PG_USER,
+    PYTHON,
+    VENV_BIN,
+    Ticker,
+    child_env,
+    db_create,
+    db_url,
+    free_port,
+    percentile,
+    say,
+    wait_port,
+)
+
+PHASE = "agentpay"
+FLOAT = 10**12  # minor units in every bench wallet: never the limit
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agentpay-seconds", type=float, default=None, help="per throughput run (default 10, smoke 2)")
+    p.add_argument("--agentpay-clients", default="1,2", help="worker processes = pgbench clients, e.g. 1,2")
+    p.add_argument("--agentpay-wallets", type=int, default=None, help="the spread case (default 1000, smoke 20)")
+    p.add_argument("--agentpay-gateway-seconds", type=float, default=None, help="measured (default 15, smoke 1)")
+
+
+def finish_arguments(a: argparse.Namespace) -> None:
+    a.agentpay_seconds = a.agentpay_seconds or (2.0 if a.smoke else 10.0)
+    a.agentpay_wallets = a.agentpay_wallets or (20 if a.smoke else 1000)
+    a.agentpay_gateway_seconds = a.agentpay_gateway_seconds or (1.0 if a.smoke else 15.0)
+    a.agentpay_client_counts = [int(c) for c in a.agentpay_clients.split(",") if c.strip()]
+
+
+# ---- seeding --------------------------------------------------------------------------------------
+
+def seed(wallets: int, upstream: str) -> dict[str, Any]:
+    """`wallets` tenants with a funded wallet (tenant_create, then a posted credit), an API key for
+    the gateway's tenant, and one priced route (1 minor unit a call) to `upstream`."""
+    from django.db import transaction
+
+    from agentpay.api.auth import tenant_api_key_create
+    from agentpay.bridge import trusted_now
+    from agentpay.models import AccountKind, PricedRoute, Tenant
+    from agentpay.services.ledger import ledger_credit_wallet
+    from agentpay.services.tenants import tenant_create
+
+    started = time.monotonic()
+    tick = Ticker(PHASE)
+    tenants = []
+    for n in range(wallets + 1):
+        tenant = tenant_create(name=f"bench tenant {n}")
+        with transaction.atomic(durable=True):
+            ledger_credit_wallet(tenant=tenant, currency="usd", amount=FLOAT, source=AccountKind.STAFF_CREDIT,
+                                 actor="bench", now=trusted_now(), reason="bench float")
+        tenants.append(tenant.pk)
+        tick(f"seeded {n + 1}/{wallets + 1} funded wallets")
+    route = PricedRoute.objects.create(
+        slug="bench", name="bench", upstream_base_url=upstream, upstream_path="/call", method="POST", price_minor=1,
+        currency="usd", rails_allowed=["wallet"], connect_timeout_seconds=2.0, read_timeout_seconds=5.0,
+        status_query_url=f"{upstream}/status")
+    raw_key = tenant_api_key_create(tenant=Tenant.objects.get(pk=tenants[-1]), label="bench")[1]
+    say(PHASE, f"{wallets + 1} funded wallets and a route in {time.monotonic() - started:.1f} s")
+    return {"hot": tenants[:1], "spread": tenants[:wallets], "gateway": tenants[-1], "route": route.pk,
+            "api_key": raw_key}
+
+
+# ---- (a) throughput --------------------------------------------------------------------------------
+
+def _pgbench_init(name: str, scale: int) -> None:
+    db_create(name)
+    subprocess.run(["pgbench", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_USER, "-i", "-q", "-s", str(scale), name],
+                   check=True, capture_output=True)
+
+
+def _pgbench(name: str, clients: int, seconds: float) -> float:
+    out = subprocess.run(["pgbench", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_USER, "-b", "tpcb-like",
+                          "-c", str(clients), "-j", str(clients), "-T", str(int(max(1, seconds))), name],
+                         capture_output=True, text=True, check=True)
+    match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
+    if not match:
+        raise RuntimeError(f"pgbench printed no tps: {out.stdout}\n{out.stderr}")
+    return float(match.group(1))
+
+
+def _workers(database: str, tenants: list[int], route: int, clients: int, seconds: float,
+             profile: str = "") -> list[dict[str, Any]]:
+    from bench import agentpay_worker
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=agentpay_worker.run, args=(db_url(database), tenants, route, ready, start, seconds,
+                                                           results, profile), daemon=True) for _ in range(clients)]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            ready.get(timeout=120)
+        start.set()
+        outs = [results.get(timeout=seconds + 120) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+    errors = [o["error"] for o in outs if "error" in o]
+    if errors:
+        raise RuntimeError(errors[0])
+    return outs
+
+
+def throughput(args: argparse.Namespace, database: str, seeded: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    pg = f"{DB_PREFIX}_agentpay_pgbench"
+    say(PHASE, f"pgbench -i -s {args.pgbench_scale} on {pg}")
+    _pgbench_init(pg, args.pgbench_scale)
+    from django.db import connections
+
+    connections.close_all()
+    rows = []
+    for wallets, tenants in (("1 hot wallet", seeded["hot"]), (f"{len(seeded['spread'])} wallets",
+                                                                seeded["spread"])):
+        for clients in args.agentpay_client_counts:
+            tps_pg = _pgbench(pg, clients, args.agentpay_seconds)
+            say(PHASE, f"pgbench tpcb-like -c {clients}: {tps_pg:.0f} tps")
+            outs = _workers(database, tenants, seeded["route"], clients, args.agentpay_seconds)
+            calls = sum(o["completed"] / o["seconds"] for o in outs)
+            ratio = calls / tps_pg if tps_pg else 0.0
+            say(PHASE, f"{wallets}, {clients} worker(s): {calls:.0f} hold+capture/s "
+                       f"({sum(o['completed'] for o in outs)} paid calls, {sum(o['failed'] for o in outs)} not "
+                       f"completed); {ratio:.0%} of pgbench")
+            rows.append({"wallets": wallets, "clients": clients, "calls_per_s": calls, "pgbench_tps": tps_pg,
+                         "ratio": ratio, "completed": sum(o["completed"] for o in outs),
+                         "failed": sum(o["failed"] for o in outs), "seconds": args.agentpay_seconds})
+    profile = out_dir / "agentpay_hold_capture_profile.txt"
+    say(PHASE, f"profiling one worker (1,000 wallets) for {min(args.agentpay_seconds, 3):.0f} s -> {profile}")
+    _workers(database, seeded["spread"], seeded["route"], 1, min(args.agentpay_seconds, 3.0), str(profile))
+    return {"runs": rows, "profile": str(profile), "pgbench_scale": args.pgbench_scale,
+            "unit": "one paid call = intent_open + 4 acceptances (payload_verified, hold_acquired, dispatch, "
+                    "upstream_2xx+capture+settlement_confirmed); upstream answered in process"}
+
+
+# ---- (b) gateway added latency ------------------------------------------------------------------------
+
+def open_loop(url: str, n: int, rate: float, headers: Any, progress: Any = None) -> dict[str, Any]:
+    """POST n JSON bodies at a fixed offered rate; request i is due at start + i/rate whatever
+    happened to the others; (latency from due, from send, status) per request."""
+    import aiohttp
+
+    async def go() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        results: list[tuple[float, float, int]] = []
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+            start = loop.time() + 0.2
+
+            async def one(i: int) -> None:
+                due = start + i / rate
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                sent = loop.time()
+                try:
+                    async with session.post(url, data=json.dumps({"q": i}).encode(), headers=headers(i)) as answer:
+                        await answer.read()
+                        status = answer.status
+                except Exception:  # noqa: BLE001 - a failed request is counted, not raised
+                    status = 0
+                done = loop.time()
+                results.append((done - due, done - sent, status))
+                if progress and len(results) % max(1, int(rate)) == 0:
+                    progress(f"{len(results)}/{n} answered")
+
+            await asyncio.gather(*(one(i) for i in range(n)))
+            wall = loop.time() - start
+        return {"results": results, "wall": wall}
+
+    return asyncio.run(go())
+
+
+def _summary(label: str, out: dict[str, Any], n: int) -> dict[str, Any]:
+    res = out["results"]
+    ok = [r for r in res if r[2] == 200]
+    due = [r[0] * 1000 for r in res]
+    sent = [r[1] * 1000 for r in res]
+    s = {"requests": n, "ok_200": len(ok), "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"],
+         "p50_ms": percentile(due, 50), "p99_ms": percentile(due, 99), "max_ms": max(due),
+         "p50_ms_from_send": percentile(sent, 50), "p99_ms_from_send": percentile(sent, 99),
+         "latencies_ms": [round(v, 3) for v in due]}
+    say(PHASE, f"{label}: p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms, {s['achieved_per_s']:.0f}/s, "
+               f"{s['errors']} errors")
+    return s
+
+
+def gateway(args: argparse.Namespace, database: str, seeded: dict[str, Any], upstream: str, log_dir: Path,
+            out_dir: Path) -> dict[str, Any]:
+    port = free_port()
+    env = child_env(DATABASE_URL=db_url(database), ALLOWED_HOSTS="127.0.0.1,localhost")
+    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", "--worker-class", "sync",
+            "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
+    proc = CHILDREN.start("gunicorn-agentpay", argv, env=env, log=log_dir / "gunicorn-agentpay.log")
+    wait_port(port, 30, proc)
+    rate, n = args.rate, int(args.rate * args.agentpay_gateway_seconds)
+    tag = uuid.uuid4().hex[:8]
+    auth = {"Authorization": f"Bearer {seeded['api_key']}", "Content-Type": "application/json"}
+    direct_url, gateway_url = f"{upstream}/call", f"http://127.0.0.1:{port}/agentpay/v1/routes/bench/run"
+    result: dict[str, Any] = {"offered_rate": rate, "seconds": args.agentpay_gateway_seconds}
+    try:
+        for label, url in (("direct", direct_url), ("gateway", gateway_url)):
+            def headers(i: int, label: str = label) -> dict[str, str]:
+                return {**auth, "Idempotency-Key": f"{tag}-{label}-{i}"}
+
+            say(PHASE, f"{label}: warm-up 1 s at {rate:.0f}/s, then {n} calls at {rate:.0f}/s -> {url}")
+            open_loop(url, int(rate), rate, lambda i, h=headers: h(-1 - i))
+            result[label] = _summary(label, open_loop(url, n, rate, headers, Ticker(PHASE)), n)
+    finally:
+        CHILDREN.stop(proc)
+    result["added_p99_ms"] = result["gateway"]["p99_ms"] - result["direct"]["p99_ms"]
+    result["added_p50_ms"] = result["gateway"]["p50_ms"] - result["direct"]["p50_ms"]
+    profile = out_dir / "agentpay_gateway_profile.txt"
+    out = subprocess.run([PYTHON, "-m", "bench.agentpay_profile", "--count", "200", "--profile", str(profile),
+                          "--api-key", seeded["api_key"]], env=env, capture_output=True, text=True, check=True)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
+    result["profile"] = {**json.loads(line[len("RESULT "):]), "file": str(profile)}
+    say(PHASE, f"one gateway call in one process (no HTTP server, no queueing): "
+               f"{result['profile']['ms_per_call']:.1f} ms, {result['profile']['queries_per_call']} queries; "
+               f"profile {profile}")
+    return result
+
+
+# ---- the phase --------------------------------------------------------------------------------------
+
+def phase(args: argparse.Namespace, fresh_db: Any, log_dir: Path, out_dir: Path) -> dict[str, Any]:
+    database = fresh_db(PHASE)
+    port = free_port()
+    up = CHILDREN.start("agentpay-upstream", [PYTHON, "-m", "bench.agentpay_upstream", str(port)], env=child_env(),
+                        log=log_dir / "agentpay-upstream.log")
+    wait_port(port, 30, up)
+    upstream = f"http://127.0.0.1:{port}"
+    try:
+        seeded = seed(args.agentpay_wallets, upstream)
+        result = {"throughput": throughput(args, database, seeded, out_dir),
+                  "gateway": gateway(args, database, seeded, upstream, log_dir, out_dir)}
+    finally:
+        CHILDREN.stop(up)
+    return result
+
+
+def table_rows(res: dict[str, Any], row: Any, judge: Any, smoke: bool) -> None:
+    for r in res["throughput"]["runs"]:
+        row(f"agentpay hold+capture, {r['wallets']}, c={r['clients']}",
+            f"{r['calls_per_s']:.0f}/s vs pgbench {r['pgbench_tps']:.0f} tps = {r['ratio']:.0%}",
+            ">= 25% of pgbench", judge(r["ratio"], r["ratio"] >= 0.25, smoke))
+    g = res["gateway"]
+    d, w = g["direct"], g["gateway"]
+    row(f"agentpay gateway added p99 @ {g['offered_rate']:.0f}/s",
+        f"{g['added_p99_ms']:.1f} ms (gateway p99 {w['p99_ms']:.1f} / p50 {w['p50_ms']:.1f} ms, {w['errors']} err; "
+        f"direct p99 {d['p99_ms']:.1f} / p50 {d['p50_ms']:.1f} ms)", "added p99 < 10 ms, 0 errors",
+        judge(g["added_p99_ms"], g["added_p99_ms"] < 10 and w["errors"] == 0, smoke))
+    busy = g["offered_rate"] * g["profile"]["ms_per_call"] / 2000
+    row("  (info) one gateway call's service time", f"{g['profile']['ms_per_call']:.1f} ms, "
+        f"{g['profile']['queries_per_call']} queries, in one process, no HTTP server (2 workers at "
+        f"{g['offered_rate']:.0f}/s: {busy:.0%} busy)", "added p99 < 10 ms needs headroom", "info")

@@ -1,0 +1,82 @@
+"""One AgentPay hold + capture worker (a spawned process with its own database connection).
+
+Each iteration is one paid call through the real services, the path the gateway takes minus
+HTTP: `intent_open` under a fresh key, then `intent_drive_wallet` — payload_verified,
+hold_acquired, dispatch, and the upstream's 2xx accepted with capture and settlement_confirmed
+(five durable transactions; the two ledger moves are the hold and the capture). The upstream
+call itself is answered in process (`UpstreamAnswer("2xx")`): the gateway phase measures HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+from typing import Any
+
+
+def run(database_url: str, tenant_pks: list[int], route_pk: int, ready: Any, start: Any, seconds: float,
+        results: Any, profile: str = "") -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    import logging
+
+    logging.disable(logging.INFO)
+    from agentpay.bridge import ApiAccess, trusted_now
+    from agentpay.models import PricedRoute, Tenant
+    from agentpay.services import wallet_flow
+    from agentpay.services.intents import intent_open, request_digest
+    from agentpay.services.results import Cause
+    from agentpay.upstream import UpstreamAnswer
+
+    wallet_flow.upstream_forward = lambda **_: UpstreamAnswer("2xx", status=200, body=b"{}")
+    route = PricedRoute.objects.get(pk=route_pk)
+    tenants = list(Tenant.objects.filter(pk__in=tenant_pks))
+    rng = random.Random(os.getpid())
+    access = ApiAccess(True)
+    tag = uuid.uuid4().hex[:8]
+    digest = request_digest(method="POST", route_slug=route.slug, path="", query="", content_type="", body=b"")
+
+    def one(i: int) -> bool:
+        tenant = tenants[rng.randrange(len(tenants))]
+        request_id = uuid.uuid4()
+        opened = intent_open(tenant=tenant, route=route, rail="wallet", idempotency_key=f"bench-{tag}-{i}",
+                             digest=digest, forward_path="", forward_query="", content_type="", body=b"",
+                             request_id=request_id, now=trusted_now())
+        cause = Cause.request(request_id, tenant.tenant_id)
+        driven = wallet_flow.intent_drive_wallet(intent=opened.intent, cause=cause, access=access,
+                                                 request_id=request_id)
+        return driven.outcome is not None and driven.outcome.accepted and driven.outcome.lines.intent == "completed"
+
+    for i in range(3):  # warm the connection and the caches
+        if not one(-1 - i):
+            results.put({"error": "a warm-up call did not complete"})
+            return
+    profiler = None
+    if profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.001)
+    ready.put(os.getpid())
+    start.wait()
+    if profiler is not None:
+        profiler.start()
+    done = failed = i = 0
+    began = time.perf_counter()
+    deadline = began + seconds
+    while time.perf_counter() < deadline:
+        if one(i):
+            done += 1
+        else:
+            failed += 1
+        i += 1
+    elapsed = time.perf_counter() - began
+    if profiler is not None:
+        profiler.stop()
+        with open(profile, "w") as fh:
+            fh.write(profiler.output_text(unicode=False, color=False))
+    results.put({"pid": os.getpid(), "completed": done, "failed": failed, "seconds": elapsed})
