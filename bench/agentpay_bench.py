@@ -266,6 +266,7 @@ def phase(args: argparse.Namespace, fresh_db: Any, log_dir: Path, out_dir: Path)
                   "gateway": gateway(args, database, seeded, upstream, log_dir, out_dir)}
     finally:
         CHILDREN.stop(up)
+    result["plot"] = plot(result, out_dir / "agentpay.png")
     return result
 
 
@@ -284,3 +285,51 @@ def table_rows(res: dict[str, Any], row: Any, judge: Any, smoke: bool) -> None:
     row("  (info) one gateway call's service time", f"{g['profile']['ms_per_call']:.1f} ms, "
         f"{g['profile']['queries_per_call']} queries, in one process, no HTTP server (2 workers at "
         f"{g['offered_rate']:.0f}/s: {busy:.0%} busy)", "added p99 < 10 ms needs headroom", "info")
+
+
+def plot(res: dict[str, Any], path: Path) -> str:
+    """`agentpay.png`: throughput beside pgbench per case, and the latency distributions of the
+    direct and the gateway runs with the added-p99 target marked. Never fails a finished run."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "not drawn (matplotlib missing)"
+    try:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+        runs = res["throughput"]["runs"]
+        labels = [f"{r['wallets']}\nc={r['clients']}" for r in runs]
+        xs = range(len(runs))
+        left.bar([x - 0.2 for x in xs], [r["pgbench_tps"] for r in runs], 0.4, label="pgbench tpcb-like tps")
+        left.bar([x + 0.2 for x in xs], [r["calls_per_s"] for r in runs], 0.4, label="hold+capture paid calls/s")
+        left.plot([x + 0.2 for x in xs], [0.25 * r["pgbench_tps"] for r in runs], "k_", markersize=20,
+                  label="target: 25 % of pgbench")
+        left.set_xticks(list(xs), labels, fontsize=8)
+        left.set_yscale("log")
+        left.set_title("AgentPay hold + capture vs pgbench")
+        left.legend(fontsize=7)
+        g = res["gateway"]
+        for label in ("direct", "gateway"):
+            values = sorted(g[label]["latencies_ms"])
+            right.plot(values, [(i + 1) / len(values) for i in range(len(values))],
+                       label=f"{label} (p99 {g[label]['p99_ms']:.1f} ms)")
+        right.axvline(g["direct"]["p99_ms"] + 10, linestyle="--", color="grey", linewidth=1)
+        right.annotate("direct p99 + 10 ms", (g["direct"]["p99_ms"] + 10, 0.05), rotation=90, fontsize=7)
+        right.set_xscale("log")
+        right.set_xlabel("ms from due time")
+        right.set_title(f"gateway vs direct at {g['offered_rate']:.0f}/s (cumulative)")
+        right.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    except Exception as exc:  # noqa: BLE001
+        return f"not drawn: {exc!r}"
+    return str(path)
+
+
+if __name__ == "__main__":  # python -m bench.agentpay_bench RESULTS.json OUT.png: redraw from a run's JSON
+    import sys
+
+    print(plot(json.loads(Path(sys.argv[1]).read_text())["agentpay"], Path(sys.argv[2])))
