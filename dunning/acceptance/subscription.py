@@ -29,8 +29,8 @@ from django.db import transaction
 
 from dunning.acceptance.guards import Refusal
 from dunning.acceptance.inputs import Cause, ContractUpdate, Evidence, TransitionResult
-from dunning.acceptance.scope import acceptance_scope
 from dunning.acceptance.settlement import Accepted, settle_subscription
+from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import now_is_not_ahead, trusted_now
 from dunning.models import DunningCycle, DunningPolicy, TransitionReceipt
 from dunning.policy.cache import policy_spec

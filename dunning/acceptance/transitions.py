@@ -22,8 +22,8 @@ from dunning.acceptance.deadlocks import retry_on_deadlock
 from dunning.acceptance.edges import EDGES
 from dunning.acceptance.guards import EdgeContext, Refusal
 from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
-from dunning.acceptance.scope import acceptance_scope
 from dunning.acceptance.settlement import Accepted, settle_subscription
+from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import now_is_not_ahead, trusted_now
 from dunning.models import DunningCycle, MonetaryFact, TransitionReceipt
 from dunning.policy.cache import policy_spec, spec_only_policy

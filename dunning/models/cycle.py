@@ -11,7 +11,7 @@ from django.db import models
 from django_fsm import RETURN_VALUE, ConcurrentTransition, ConcurrentTransitionMixin, FSMField, transition
 from simple_history.models import HistoricalRecords
 
-from dunning.acceptance.scope import is_inside_acceptance
+from dunning.acceptance_scope import is_inside_acceptance
 from dunning.states import (
     AUTO_SETTLEABLE_STATES,
     CONFLICT_RESOLUTIONS,

@@ -8,7 +8,7 @@ import pytest
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
 from dunning.acceptance.inputs import Cause, Evidence, FactSpec, InvoiceUpdate
-from dunning.acceptance.scope import acceptance_scope
+from dunning.acceptance_scope import acceptance_scope
 from dunning.models import DunningCycle, OutboxMessage, PaymentAttempt, TransitionReceipt
 from dunning.states import AttemptState, CycleState
 from entitlements.models import EntitlementSnapshot
