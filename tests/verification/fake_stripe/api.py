@@ -22,7 +22,7 @@ from tests.verification.fake_stripe.idempotency import BUSY, MISMATCH, REPLAY, f
 from tests.verification.fake_stripe.rendering import list_object
 
 if TYPE_CHECKING:
-    from tests.verification.fake_stripe.simulator import StripeSimulator
+    from tests.verification.fake_stripe.core import SimulatorCore
 
 OBJECT_KINDS = {"payment_intents": "payment_intent", "charges": "charge", "disputes": "dispute",
                 "refunds": "refund", "subscriptions": "subscription", "customers": "customer",
@@ -147,7 +147,7 @@ def _page(items: list[dict[str, Any]], params: dict[str, Any], url: str) -> dict
 
 
 class StripeApi:
-    def __init__(self, sim: StripeSimulator, control: Any = None, hosted: Any = None) -> None:
+    def __init__(self, sim: SimulatorCore, control: Any = None, hosted: Any = None) -> None:
         self.sim = sim
         self.control = control
         self.hosted = hosted  # the provider-hosted invoice pages under /i/ (HostedPages), if served

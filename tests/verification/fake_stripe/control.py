@@ -15,7 +15,7 @@ from tests.verification.fake_stripe.api import Request, Response, json_response
 from tests.verification.fake_stripe.errors import SimError
 
 if TYPE_CHECKING:
-    from tests.verification.fake_stripe.simulator import StripeSimulator
+    from tests.verification.fake_stripe.core import SimulatorCore
 
 _ID = r"(?P<id>[^/]+)"
 ROUTES = [
@@ -49,7 +49,7 @@ COMPILED = [(verb, re.compile(rx), name) for verb, rx, name in ROUTES]
 
 
 class ControlApi:
-    def __init__(self, sim: StripeSimulator) -> None:
+    def __init__(self, sim: SimulatorCore) -> None:
         self.sim = sim
 
     def handle(self, req: Request) -> Response:

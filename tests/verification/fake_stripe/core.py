@@ -1,4 +1,5 @@
-"""``StripeSimulator``: state, ledger, events, webhooks, faults and the HTTP server in one object."""
+"""``SimulatorCore``: state, ledger, events, webhooks and faults in one object; `simulator.StripeSimulator`
+adds the HTTP server, whose request handlers (`api`, `control`, `hosted`) act on this core."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.verification.fake_stripe.state import Store
 from tests.verification.fake_stripe.webhooks import Delivery, DeliveryMixin, OutboxEntry, Sink
 
 
-class StripeSimulator(BillingMixin, ContractMixin, AftercareMixin, DeliveryMixin):
+class SimulatorCore(BillingMixin, ContractMixin, AftercareMixin, DeliveryMixin):
     """A Stripe-compatible simulator for the API subset the product's adapter uses.
 
     Thread-safe: one RLock guards all state. Webhook deliveries and fault sleeps happen outside it.
@@ -59,8 +60,6 @@ class StripeSimulator(BillingMixin, ContractMixin, AftercareMixin, DeliveryMixin
         self.idempotency = IdempotencyStore(self.now, idempotency_retention)
         self.outbox: list[OutboxEntry] = []
         self.delivery_log: list[Delivery] = []
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
 
     # ---- clock and settings
     def now(self) -> float:
@@ -151,40 +150,3 @@ class StripeSimulator(BillingMixin, ContractMixin, AftercareMixin, DeliveryMixin
         with self.lock:
             return [copy.deepcopy(i) for i in self.store.all_of("invoice")
                     if subscription_id is None or i["subscription"] == subscription_id]
-
-    # ---- server
-    def start(self, host: str = "127.0.0.1", port: int = 0, *, control_api: bool = True,
-              verbose: bool = False) -> str:
-        from tests.verification.fake_stripe.server import make_server
-
-        if self._server is not None:
-            return self.base_url
-        self._server = make_server(self, host, port, control_api=control_api, verbose=verbose)
-        self.renderer.hosted_base = self.base_url
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="stripe-simulator", daemon=True)
-        self._thread.start()
-        return self.base_url
-
-    @property
-    def base_url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the simulator is not serving; call start()")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> StripeSimulator:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

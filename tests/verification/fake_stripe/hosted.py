@@ -18,7 +18,7 @@ from tests.verification.fake_stripe.api import Request, Response
 from tests.verification.fake_stripe.errors import SimError
 
 if TYPE_CHECKING:
-    from tests.verification.fake_stripe.simulator import StripeSimulator
+    from tests.verification.fake_stripe.core import SimulatorCore
 
 PAGE = re.compile(r"^/i/(?P<account>[^/]+)/(?P<invoice>[^/]+)(?:/(?P<action>card|pay))?/?$")
 SYMBOLS = {"usd": "$", "eur": "€", "gbp": "£"}
@@ -31,7 +31,7 @@ def _money(amount: int, currency: str) -> str:
 
 
 class HostedPages:
-    def __init__(self, sim: StripeSimulator) -> None:
+    def __init__(self, sim: SimulatorCore) -> None:
         self.sim = sim
 
     def handle(self, req: Request) -> Response:

@@ -15,7 +15,7 @@ from tests.verification.fake_stripe.control import ControlApi
 from tests.verification.fake_stripe.hosted import HostedPages
 
 if TYPE_CHECKING:
-    from tests.verification.fake_stripe.simulator import StripeSimulator
+    from tests.verification.fake_stripe.core import SimulatorCore
 
 
 class SimulatorServer(ThreadingHTTPServer):
@@ -60,7 +60,7 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             sys.stderr.write(f"[stripe-sim] {self.address_string()} {format % args}\n")
 
 
-def make_server(sim: StripeSimulator, host: str, port: int, *, control_api: bool = True,
+def make_server(sim: SimulatorCore, host: str, port: int, *, control_api: bool = True,
                 verbose: bool = False) -> SimulatorServer:
     api = StripeApi(sim, ControlApi(sim) if control_api else None, HostedPages(sim))
     return SimulatorServer((host, port), api, verbose=verbose)
