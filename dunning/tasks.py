@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from dunning.evidence.processing import EventNotFinished, event_process
-from dunning.jobs.framework import claim
+from dunning.jobs.framework import claim, job_run
 
 # A task that finds its event claimed by another process (the inbox sweep, or a redelivered copy
 # of itself) asks again after this long; by then the event is usually done and the task returns.
@@ -28,6 +28,4 @@ def process_provider_event(self, event_pk: int) -> str:  # noqa: ANN001
 @shared_task(acks_late=True, ignore_result=True)
 def run_scheduled_job(name: str) -> str:
     """Beat entry point: one run of one job for the trusted now, recorded as a JobRun."""
-    from dunning.jobs.framework import job_run
-
     return job_run(name).status

@@ -2,7 +2,7 @@
 
 The outbox relay hands each `entitlement.changed` message to `dunning.actions.entitlement_changed.entitlement_changed`,
 which creates one `EntitlementDelivery` per (message, active subscriber in the cohort) and tries
-each once. A failed delivery is retried by the `entitlement_push` job with exponential back-off
+each once. A failed delivery is retried by the `entitlement_push` job (entitlements.jobs) with exponential back-off
 (30 s, 60 s, 120 s … capped at 1 h; gives up after ENTITLEMENT_PUSH_MAX_ATTEMPTS), on its own:
 one failing subscriber never causes a resend to the others.
 
@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from dunning.clock import trusted_now
-from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
+from dunning.jobs.framework import claim
 from dunning.models import OutboxMessage
 from entitlements.models import DeliveryStatus, EntitlementDelivery, EntitlementSubscriber
 
@@ -131,23 +131,3 @@ def message_deliveries_attempt(*, message: OutboxMessage, now: datetime) -> dict
         outcome = entitlement_delivery_attempt(delivery_pk=pk, now=now)
         counts[outcome] = counts.get(outcome, 0) + 1
     return counts
-
-
-@scheduled_job("entitlement_push", "retry failed entitlement pushes to subscribers with back-off; purge expired "
-                                   "idempotency records")
-def entitlement_push(run: JobReport) -> None:
-    due = EntitlementDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=run.now)
-    for pk in due_in_order(due, "next_attempt_at"):
-        run.examined += 1
-        run.tick()
-        outcome = entitlement_delivery_attempt(delivery_pk=pk, now=run.now)
-        if outcome == "DELIVERED":
-            run.changed += 1
-        elif outcome in ("RETRY", "GAVE_UP"):
-            run.errors += 1
-            run.note(f"delivery {pk}: {outcome}")
-    from entitlements.api.idempotency import idempotency_purge_expired
-
-    purged = idempotency_purge_expired(now=run.now)
-    if purged:
-        run.note(f"purged {purged} expired idempotency records")

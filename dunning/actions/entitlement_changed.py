@@ -11,9 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from dunning.models import OutboxMessage
+from entitlements.push import message_deliveries_attempt
 
 
 def entitlement_changed(message: OutboxMessage, *, now: datetime) -> None:
-    from entitlements.push import message_deliveries_attempt
-
     message_deliveries_attempt(message=message, now=now)

@@ -98,10 +98,8 @@ def ahead_of_the_clock(run: JobReport) -> bool:
 
 
 def job_run(name: str, *, now: datetime | None = None, progress: Progress | None = None) -> JobRun:
-    """Run one job once for the trusted `now` and record the run."""
-    from dunning.jobs import load_jobs
-
-    load_jobs()
+    """Run one job once for the trusted `now` and record the run (the jobs are registered by
+    dunning.jobs.catalog, which the app loads when Django starts)."""
     if name not in JOBS:
         raise KeyError(f"unknown job {name!r}; known: {', '.join(sorted(JOBS))}")
     now = now or trusted_now()

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Max, Q
 
+from dunning.actions import entitlement_changed as consumers
 from dunning.actions.notifications import notification_deliver
 from dunning.actions.provider_cancel import provider_cancel_deliver
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, due_in_order, scheduled_job, worker_name
@@ -30,8 +31,6 @@ MAX_PER_RUN = 10_000
 def _entitlement_changed(message: OutboxMessage, *, now: datetime) -> None:
     """Pushes to subscriber URLs are configured in the API layer; without subscribers the
     snapshot table is the record runtime services read."""
-    from dunning.actions import entitlement_changed as consumers
-
     consumers.entitlement_changed(message, now=now)
 
 

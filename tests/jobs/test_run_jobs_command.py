@@ -10,7 +10,6 @@ from django.core.management.base import CommandError
 
 from agentpay.schedule import JOB_CADENCE as AGENTPAY_JOB_CADENCE
 from config.celery import app
-from dunning.jobs import load_jobs
 from dunning.jobs.framework import JOBS
 from dunning.jobs.schedule import CATCH_UP_ORDER
 from dunning.models import JobRun
@@ -21,7 +20,6 @@ SPEC_JOBS = {"grace_expiry", "restriction", "cancellation", "unknown_payments", 
 
 
 def test_every_job_is_registered_scheduled_and_ordered():
-    load_jobs()
     assert set(JOBS) == SPEC_JOBS == set(CATCH_UP_ORDER)
     by_task: dict[str, set[str]] = {}
     for entry in app.conf.beat_schedule.values():

@@ -7,7 +7,6 @@ from datetime import datetime
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
-from dunning.jobs import load_jobs
 from dunning.jobs.framework import JOBS, job_run
 from dunning.jobs.schedule import CATCH_UP_ORDER
 
@@ -33,7 +32,6 @@ class Command(BaseCommand):
         parser.add_argument("--list", action="store_true", help="list the jobs and exit")
 
     def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
-        load_jobs()
         if options["list"]:
             for name in CATCH_UP_ORDER:
                 self.stdout.write(f"{name:18} {JOBS[name].description}")
