@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 
 from dunning.clock import trusted_now
 from dunning.models import ProviderEvent, Verification, WebhookDelivery
-from dunning.web.input_guards import escape_nul, storable_text, unstorable
+from dunning.storable import escape_nul, storable_text, unstorable
 from subscriptions.providers.base import WebhookVerificationError
 from subscriptions.providers.registry import get_provider
 

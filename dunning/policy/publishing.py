@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from dunning.clock import trusted_now
 from dunning.models import DunningPolicy
 from dunning.policy.document import PolicyDocument, PolicyValidationError, load_policy
-from dunning.web.input_guards import unstorable
+from dunning.storable import unstorable
 
 
 class PolicyConflict(Exception):

@@ -3,10 +3,11 @@
 PostgreSQL cannot hold NUL (U+0000) in text, jsonb or varchar: a query or insert carrying one
 fails inside the database driver, wherever it came from (a URL id, an admin filter, a cookie, a
 signed webhook field, a policy document). Over-long values overflow their varchar column the
-same way. The checks are named once here and used by the webhook intake, the API selectors and
-the policy publisher. `HostileInputGuard` (settings.MIDDLEWARE) refuses a request whose URL or session
-cookie carries a NUL before a view runs, so no admin search, changelist filter, change page or API
-path reaches the database with one, and refuses admin ids their model's primary key cannot hold.
+same way. The checks are named once, in dunning.storable, and used by the webhook intake, the API
+selectors, the policy publisher and this middleware. `HostileInputGuard` (settings.MIDDLEWARE)
+refuses a request whose URL or session cookie carries a NUL before a view runs, so no admin
+search, changelist filter, change page or API path reaches the database with one, and refuses
+admin ids their model's primary key cannot hold.
 The webhook endpoint is left to its own intake, which keeps every raw request (with a verdict)
 and answers 400 itself.
 """
@@ -14,68 +15,24 @@ and answers 400 itself.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
+from django.contrib.admin import ModelAdmin
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import ValidationError
 from django.db.models import Field
 from django.http import HttpRequest, HttpResponse
 
+from dunning.storable import NUL, escape_nul, storable_text
 from dunning.web.problems import problem
 
-NUL = "\x00"
-ESCAPED_NUL = "\\u0000"
 # Mirrors config/urls.py: the REST API answers problem documents; the webhook answers for itself.
 API_PREFIX = "/api/"
 WEBHOOK_PREFIX = "/webhooks/"
 FORM_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
-
-
-def escape_nul(text: str) -> str:
-    """`text` with every NUL written as the six characters \\u0000, so PostgreSQL can store it."""
-    return text.replace(NUL, ESCAPED_NUL)
-
-
-def unstorable(value: Any, path: str = "") -> str:
-    """Where a decoded JSON value holds what PostgreSQL text/jsonb cannot store ("" when nothing):
-    a NUL in a string or key, a lone surrogate (not UTF-8), or NaN/Infinity (not JSON).
-    Iterative, so a deeply nested document cannot exhaust the stack."""
-    stack: list[tuple[str, Any]] = [(path, value)]
-    while stack:
-        where, item = stack.pop()
-        if isinstance(item, str):
-            fault = _text_fault(item)
-            if fault:
-                return f"{where or 'value'} {fault}"
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return f"{where or 'value'} is {item!r}, which JSON cannot carry"
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                name = f"{where}.{key}" if where else str(key)
-                if isinstance(key, str) and _text_fault(key):
-                    return f"a key under {where or 'the top level'} {_text_fault(key)}"
-                stack.append((escape_nul(name), child))
-        elif isinstance(item, list | tuple):
-            stack.extend((f"{where}[{i}]", child) for i, child in enumerate(item))
-    return ""
-
-
-def _text_fault(text: str) -> str:
-    if NUL in text:
-        return "contains a NUL character (\\u0000)"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains a lone surrogate (not UTF-8)"
-    return ""
-
-
-def storable_text(text: str, max_length: int | None = None) -> bool:
-    """Whether `text` can be stored in (or compared with) a varchar of `max_length`."""
-    return not _text_fault(text) and (max_length is None or len(text) <= max_length)
 
 
 def _strings(request: HttpRequest) -> Iterator[tuple[str, str]]:
@@ -110,10 +67,6 @@ class HostileInputGuard:
 
     def process_view(self, request: HttpRequest, view_func: Callable[..., Any], view_args: tuple[Any, ...],
                      view_kwargs: dict[str, Any]) -> HttpResponse | None:
-        # Imported here: the services import this module for its text checks, not for the admin.
-        from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-        from django.contrib.admin.utils import unquote
-
         model_admin = _model_admin(view_func)
         if model_admin is None:
             return None
@@ -151,8 +104,6 @@ def _model_admin(view_func: Callable[..., Any]) -> Any:
     """The ModelAdmin behind an admin view (None for any other view): Django marks its own URLs
     with it; a view an admin adds itself (django-simple-history's) is its bound method under the
     admin_view wrappers."""
-    from django.contrib.admin import ModelAdmin
-
     found = getattr(view_func, "model_admin", None) or getattr(inspect.unwrap(view_func), "__self__", None)
     return found if isinstance(found, ModelAdmin) else None
 

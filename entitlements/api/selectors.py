@@ -13,7 +13,7 @@ from dunning.acceptance.aggregate import is_blocking
 from dunning.acceptance.settlement import cycle_view
 from dunning.models import DunningCycle
 from dunning.states import DELINQUENT_STATES
-from dunning.web.input_guards import storable_text
+from dunning.storable import storable_text
 from entitlements.api.auth import restrict_subscriptions
 from entitlements.models import EntitlementSnapshot
 from subscriptions.models import Subscription
