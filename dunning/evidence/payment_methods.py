@@ -24,13 +24,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dunning.acceptance.guards import STALE_REFUSALS
 from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
 from dunning.acceptance.transitions import cycle_accept_transition
 from dunning.clock import trusted_now
 from dunning.evidence.next_edge import cycle_reconcile_with_invoice
+from dunning.evidence.processing_result import Processing
 from dunning.evidence.receipts import receipt_record
 from dunning.models import DunningCycle, EventOutcome, ProviderEvent, ProviderReceipt
 from dunning.models.cycle import CUSTOMER_ACTIONABLE_STATES
@@ -38,9 +39,6 @@ from dunning.reads.cycles import cycle_read
 from subscriptions.models import Customer, Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderCustomer, ProviderNotFound
 from subscriptions.providers.registry import get_provider
-
-if TYPE_CHECKING:
-    from dunning.evidence.processing import Processing
 
 # The events that can mean "the customer has a new payment method" (their bodies name the customer).
 PAYMENT_METHOD_EVENT_TYPES = frozenset({"customer.updated", "payment_method.attached", "setup_intent.succeeded"})

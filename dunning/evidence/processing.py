@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
@@ -20,6 +19,7 @@ from dunning.acceptance.transitions import cycle_accept_transition
 from dunning.clock import trusted_now
 from dunning.evidence.next_edge import cycle_reconcile_with_invoice, invoice_update
 from dunning.evidence.payment_methods import PAYMENT_METHOD_EVENT_TYPES, payment_method_event
+from dunning.evidence.processing_result import Processing
 from dunning.evidence.receipts import receipt_record
 from dunning.evidence.subscription_import import ContractRefused, subscription_import
 from dunning.models import (
@@ -33,27 +33,12 @@ from dunning.models import (
 )
 from dunning.state_names import invoice_status_rank
 from dunning.states import CycleState
-from subscriptions.models import Invoice, Subscription
+from subscriptions.models import Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderIndeterminate, ProviderInvoice, ProviderNotFound
 from subscriptions.providers.registry import get_provider
 
 log = logging.getLogger(__name__)
 FAILED_PAYMENT_STATUSES = {"failed", "requires_payment_method", "canceled"}
-
-
-@dataclass
-class Processing:
-    outcome: str = EventOutcome.NO_CHANGE
-    detail: list[str] = field(default_factory=list)
-    subscription: Subscription | None = None
-    invoice: Invoice | None = None
-    cycle: DunningCycle | None = None
-
-    def finish(self, outcome: str, note: str = "") -> Processing:
-        self.outcome = outcome
-        if note:
-            self.detail.append(note)
-        return self
 
 
 class EventNotFinished(Exception):
