@@ -6,5 +6,11 @@ class DunningConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The job modules import models, so they load once the app registry is ready.
+        # These modules import models, so they load once the app registry is ready. The job
+        # modules register the scheduled jobs; the webhook intake hands stored events to the
+        # worker task, which it cannot import itself (the task runs the processing service).
+        from dunning.evidence.intake import event_worker_set
         from dunning.jobs import catalog  # noqa: F401
+        from dunning.tasks import process_provider_event
+
+        event_worker_set(process_provider_event)

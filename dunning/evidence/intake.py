@@ -93,14 +93,32 @@ def webhook_receive(
                          body={"received": True, "event": event["id"], "duplicate": not created})
 
 
+class _NoWorker:
+    """Stands for the worker task until DunningConfig.ready names it."""
+
+    @staticmethod
+    def delay(event_pk: int) -> None:
+        raise RuntimeError("no worker task to hand events to (DunningConfig.ready sets it)")
+
+
+# The Celery task that processes one event (dunning.tasks.process_provider_event), handed in by
+# DunningConfig.ready: the tasks module sits above the services (it runs event processing), so
+# the intake does not import it.
+_worker: Any = _NoWorker
+
+
+def event_worker_set(task: Any) -> None:
+    """Name the task `_enqueue` hands stored events to (its `.delay(event_pk)` is called)."""
+    global _worker
+    _worker = task
+
+
 def _enqueue(event_pk: int) -> None:
     """Hand the event to a worker. The event is already safe in the inbox: if the broker is down
     (or an in-process run fails), it stays PENDING for the inbox sweep instead of failing the
     provider's delivery."""
-    from dunning.tasks import process_provider_event
-
     try:
-        process_provider_event.delay(event_pk)
+        _worker.delay(event_pk)
     except Exception:
         log.exception("event %s stored but not handed to a worker; the inbox sweep will pick it up", event_pk)
 

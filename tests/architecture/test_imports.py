@@ -32,6 +32,8 @@ TEST_MACHINERY = ("django.test", "unittest.mock", "tests")
 ALLOWED_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     ("dunning.apps", "dunning.jobs.catalog"):
         "AppConfig.ready registers the jobs; their modules import models, which wait for the app registry",
+    ("dunning.apps", "dunning.evidence.intake"): "AppConfig.ready hands the worker task to the intake (as above)",
+    ("dunning.apps", "dunning.tasks"): "AppConfig.ready: the worker task the intake hands events to (models, as above)",
 }
 
 
