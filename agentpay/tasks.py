@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from agentpay.jobs import agentpay_job_run
+
 
 @shared_task(name="agentpay.tasks.run_agentpay_job")
 def run_agentpay_job(name: str) -> dict:
-    from agentpay.jobs import agentpay_job_run
-
     run = agentpay_job_run(name)
     return {"job": name, "examined": run.examined, "changed": run.changed, "refused": run.refused,
             "errors": run.errors}

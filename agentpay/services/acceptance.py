@@ -14,6 +14,7 @@ one (intent id, line, event, data), the shape a conformance-vector runner drives
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -174,8 +175,6 @@ def _display(lines: Lines) -> str:
 
 def _storable(data: dict[str, Any]) -> dict[str, Any]:
     """Step data as JSON PostgreSQL can keep (NULs escaped)."""
-    import json
-
     return json.loads(json.dumps(data, default=str).replace("\\u0000", "\\\\u0000"))
 
 

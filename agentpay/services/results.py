@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentpay.composite import display_status
 from agentpay.states import GUARD_FAILED, LINES, Lines, guard_of, refusal_class
 
 
@@ -79,6 +80,4 @@ class Outcome:
 
     @property
     def display_status(self) -> str:
-        from agentpay.composite import display_status
-
         return display_status(self.lines)

@@ -15,20 +15,21 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Subquery
+from django.db.models import Max, Subquery
+from django.db.models.functions import Coalesce
 from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 
 from dunning.acceptance.deadlocks import retry_on_deadlock
-from dunning.acceptance.edges import EDGES
+from dunning.acceptance.edges import EDGES, invoice_digest, local_idempotency_key
 from dunning.acceptance.guards import EdgeContext, Refusal
 from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
 from dunning.acceptance.settlement import Accepted, settle_subscription
 from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import now_is_not_ahead, trusted_now
-from dunning.models import DunningCycle, MonetaryFact, TransitionReceipt
+from dunning.models import AttemptOrigin, DunningCycle, FactKind, MonetaryFact, PaymentAttempt, TransitionReceipt
 from dunning.policy.cache import policy_spec, spec_only_policy
 from dunning.state_names import invoice_status_rank
-from dunning.states import TERMINAL_STATES
+from dunning.states import TERMINAL_STATES, AttemptState
 from subscriptions.models import Subscription
 
 log = logging.getLogger(__name__)
@@ -190,13 +191,6 @@ def _append_facts(ctx: EdgeContext) -> int:
       dispute to the attempt of the payment it reverses. Void and uncollectible name no attempt,
       nor does a payment the provider took with no attempt of ours (its retry, the hosted page).
     """
-    from django.db.models import Max
-    from django.db.models.functions import Coalesce
-
-    from dunning.acceptance.edges import invoice_digest, local_idempotency_key
-    from dunning.models import AttemptOrigin, FactKind, PaymentAttempt
-    from dunning.states import AttemptState
-
     cycle, invoice = ctx.cycle, ctx.invoice
     pending = ctx.pending_attempt
     in_flight = pending if pending is not None and pending.state in (AttemptState.DISPATCHING,

@@ -15,6 +15,7 @@ from typing import Any
 from dunning.acceptance.aggregate import is_blocking
 from dunning.acceptance.settlement import cycle_view
 from dunning.actions.provider_cancel import cancellation_state
+from dunning.admin.decisions import ACTIONS
 from dunning.models import DunningCycle, MonetaryFact, ProviderEvent, ProviderReceipt, TransitionReceipt
 from dunning.reads.review import subscription_verdict
 from entitlements.profiles import PROFILES
@@ -97,8 +98,6 @@ class CycleRow:
 
 def subscription_console(sub: Subscription, *, allowed: dict[str, bool]) -> dict[str, Any]:
     """Everything the subscription page shows above the standard fields."""
-    from dunning.admin.decisions import ACTIONS
-
     cycles = list(DunningCycle.objects.filter(subscription=sub)
                   .select_related("invoice", "policy", "unknown_owner", "pending_attempt")
                   .order_by("-opened_at", "-pk"))

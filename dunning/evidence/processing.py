@@ -11,6 +11,8 @@ import traceback
 from datetime import datetime
 
 from django.conf import settings
+from django.db.models import Max
+from django.db.models.functions import Coalesce
 
 from dunning.acceptance.deadlocks import retry_on_deadlock
 from dunning.acceptance.inputs import Cause, Evidence, Expect, FactSpec
@@ -30,6 +32,7 @@ from dunning.models import (
     MonetaryFact,
     PaymentAttempt,
     ProviderEvent,
+    ProviderReceipt,
 )
 from dunning.state_names import invoice_status_rank
 from dunning.states import CycleState
@@ -272,9 +275,6 @@ def _payment_event(p: Processing, event: ProviderEvent, provider: PaymentProvide
     _refuse_stale_invoice_read(provider, invoice_id, must_be_paid=event.event_type == "charge.refunded")
     extra: tuple[FactSpec, ...] = ()
     if event.event_type == "charge.refunded":
-        from django.db.models import Max
-        from django.db.models.functions import Coalesce
-
         payment = provider.fetch_payment(payment_id)
         receipt_record(object_type=payment.object or "charge", body=payment.raw, fetched_at=trusted_now(),
                        cause_event=event)
@@ -362,8 +362,6 @@ def invoice_read_is_stale(inv: ProviderInvoice, *, must_be_paid: bool = False) -
     """Why a fresh read of an invoice is an old copy (a lagging replica or cache), or "" when it
     is not. An invoice only moves forward (draft → open → uncollectible → paid / void), so a read
     that shows it behind a receipt we already hold cannot be the provider's current invoice."""
-    from dunning.models import ProviderReceipt
-
     held = set(ProviderReceipt.objects.filter(object_type="invoice", object_id=inv.id)
                .values_list("status", flat=True).distinct())
     floor = max([invoice_status_rank(status, -1) for status in held]

@@ -18,6 +18,7 @@ from django.db.models import Q
 from dunning.acceptance.guards import active_incident, attempts_made
 from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
 from dunning.acceptance.transitions import cycle_accept_transition
+from dunning.actions.alerts import alert_raise
 from dunning.actions.local_retry import retry_dispatch, retry_resolve
 from dunning.actions.retry_now import customer_payment_resolve
 from dunning.actions.unknown_owner import unknown_owner_pick
@@ -215,8 +216,6 @@ def _assign_owner(run: JobReport, cycle: DunningCycle) -> None:
     if owner is None:
         run.errors += 1
         run.note(f"cycle {cycle.cycle_id}: no billing staff to own this unknown payment")
-        from dunning.actions.alerts import alert_raise
-
         alert_raise(kind="UNKNOWN_UNOWNED", dedupe_key=f"unknown-unowned:{cycle.cycle_id}",
                     detail=f"unknown payment on invoice {cycle.invoice.provider_invoice_id} has no owner: "
                            f"nobody is in the unknown-payment owner groups", figures={},

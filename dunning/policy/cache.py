@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from functools import cache
 
+from dunning.models import DunningPolicy
 from dunning.policy.document import PolicyDocument, validate_policy
 
 # Columns a hot path never needs once the document is cached (select_related("policy") + defer).
@@ -40,7 +41,5 @@ def spec_only_policy(relation: str) -> tuple[str, ...]:
     """``defer()`` arguments leaving only what `policy_spec` reads on a cache hit (pk and digest),
     for the acceptance transaction's own reads: every column is compile and load time there.
     Anything else is still loaded on access, one query at a time."""
-    from dunning.models import DunningPolicy
-
     return tuple(f"{relation}__{f.attname}" for f in DunningPolicy._meta.concrete_fields
                  if f.attname not in ("id", "digest"))
