@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.db.models import Min
+
+from dunning.acceptance import settlement  # by module: a breakage test patches compute_aggregate
 from dunning.acceptance.aggregate import EMPTY_ROOT
 from dunning.acceptance.aggregate import aggregate_decision as _pure_decision
 from dunning.acceptance.aggregate import outstanding_root as _pure_root
@@ -25,12 +28,30 @@ from dunning.acceptance.contract import ContractView
 from dunning.acceptance.contract import contract_ceiling as _pure_ceiling
 from dunning.acceptance.contract import contract_phase as _pure_phase
 from dunning.acceptance.contract import is_ended as _pure_is_ended
+from dunning.acceptance.edges import EDGES
+from dunning.acceptance.subscription import TIME_GUARDED
+from dunning.models import (
+    Alert,
+    CauseKind,
+    EventOutcome,
+    FactKind,
+    MonetaryFact,
+    PaymentAttempt,
+    ProviderEvent,
+    ProviderReceipt,
+    TransitionReceipt,
+)
+from dunning.policy.cache import policy_spec
 from dunning.policy.rollout import enforces_access as _pure_enforces
+from dunning.states import AttemptState
+from entitlements.models import EntitlementSnapshot
+from entitlements.profiles import FULL
 from entitlements.profiles import most_restrictive as _pure_most_restrictive
+from subscriptions.models import Subscription
 from tests.verification.simulation import reconciliation_check
+from tests.verification.simulation.world import SimulatedWorld
 
 if TYPE_CHECKING:
-    from tests.verification.simulation.engine import Simulation
     from tests.verification.simulation.schedule import Step
 
 FRESH_LIMIT = timedelta(seconds=300)
@@ -62,9 +83,6 @@ CODES = (
 def time_guarded_edges() -> frozenset[str]:
     """Edges whose guard compares a deadline with `now` (cycle edges flagged `time_guarded`, and
     the subscription changes of `subscription_acceptance.TIME_GUARDED`)."""
-    from dunning.acceptance.edges import EDGES
-    from dunning.acceptance.subscription import TIME_GUARDED
-
     return frozenset({name for name, edge in EDGES.items() if edge.time_guarded} | set(TIME_GUARDED))
 
 
@@ -97,7 +115,7 @@ def expected_local_key(cycle_id: object, n: int) -> str:
 
 
 class Auditor:
-    def __init__(self, simulation: Simulation) -> None:
+    def __init__(self, simulation: SimulatedWorld) -> None:
         self.s = simulation
         self._found: list[Violation] = []
         self._seen_codes: set[tuple[str, str]] = set()
@@ -129,9 +147,6 @@ class Auditor:
 
     # ---- called by the engine's instrumentation, before the provider sees the request
     def on_pay_request(self, invoice_id: str, key: str) -> None:
-        from dunning.models import PaymentAttempt
-        from dunning.states import AttemptState
-
         attempt = PaymentAttempt.objects.select_related("cycle__invoice", "cycle__policy").filter(
             idempotency_key=key).first()
         earlier = self.keys_by_invoice.setdefault(invoice_id, [])
@@ -159,8 +174,6 @@ class Auditor:
 
     # ---- after every step
     def check(self, *, step_index: int, step: Step | None, final: bool = False) -> None:
-        from subscriptions.models import Subscription
-
         self.step = step_index
         self.checks += 1
         subs = list(Subscription.objects.filter(provider_subscription_id__in=self.s.subscriptions)
@@ -203,16 +216,12 @@ class Auditor:
 
     def _aggregates(self, subs: list[Any], final: bool) -> None:
         """Stored root = recomputation; FULL only when no blocking cycle remains (SPEC §6, §7)."""
-        from dunning.acceptance.settlement import compute_aggregate, subscription_views
-        from dunning.policy.cache import policy_spec
-        from entitlements.profiles import FULL
-
         for sub in subs:
-            views = subscription_views(sub, None)
+            views = settlement.subscription_views(sub, None)
             root = _pure_root(views)
             spec = policy_spec(sub.policy)
             decision = _pure_decision(views, recover_with_remaining_debt=spec.recover_with_remaining_debt)
-            product_root = compute_aggregate(sub, None)[0] if final else root
+            product_root = settlement.compute_aggregate(sub, None)[0] if final else root
             key = sub.provider_subscription_id
             if sub.outstanding_cycle_root != root:
                 self.report("ROOT_MISMATCH", f"{key}: stored root {sub.outstanding_cycle_root[:12]} ≠ recomputed "
@@ -235,8 +244,6 @@ class Auditor:
     def _receipts(self, invoices: dict[str, Any], ledger: list[dict[str, Any]]) -> None:
         """New transition receipts: generation fencing, and restriction/cancellation only on a
         fresh receipt showing the invoice unpaid (SPEC §5, §15)."""
-        from dunning.models import CauseKind, TransitionReceipt
-
         new = list(TransitionReceipt.objects.filter(
             pk__gt=self.last_receipt_pk, subscription__provider_subscription_id__in=self.s.subscriptions,
             accepted=True).select_related("cycle__invoice", "evidence_receipt").order_by("pk"))
@@ -287,8 +294,6 @@ class Auditor:
     def _snapshots(self, subs: list[Any]) -> list[tuple[int, int, str, int, datetime]]:
         """Generations fenced and monotonic; returns the snapshots issued since the last check
         (pk, subscription pk, profile, generation, issued_at)."""
-        from entitlements.models import EntitlementSnapshot
-
         by_sub: dict[int, list[int]] = {}
         new = []
         rows = (EntitlementSnapshot.objects.filter(subscription__in=[s.pk for s in subs])
@@ -316,8 +321,6 @@ class Auditor:
 
     def _events(self, final: bool) -> None:
         """Every processed event attributed (SPEC §8, §15); at the end, none left unprocessed."""
-        from dunning.models import EventOutcome, ProviderEvent
-
         ok = {EventOutcome.APPLIED, EventOutcome.NO_CHANGE, EventOutcome.QUARANTINED, EventOutcome.IGNORED,
               EventOutcome.DUPLICATE}
         rows = (ProviderEvent.objects.filter(pk__gt=self.s.event_watermark)
@@ -349,8 +352,6 @@ class Auditor:
 
     def _facts(self, invoices: dict[str, Any], ledger: list[dict[str, Any]]) -> None:
         """Money facts are append-only (SPEC §2.6) and a payment fact has a charge behind it."""
-        from dunning.models import FactKind, MonetaryFact
-
         rows = MonetaryFact.objects.filter(invoice__provider_invoice_id__in=list(invoices)).values_list(
             "pk", "kind", "invoice__provider_invoice_id", "amount", "currency", "provider_ref", "decline_code",
             "dedupe_key", "occurred_at", "recorded_at")
@@ -371,10 +372,6 @@ class Auditor:
     def _cycles(self, invoices: dict[str, Any], ledger: list[dict[str, Any]], cycles: list[Any]) -> None:
         """Terminal cycles stay put; a recovery has a paid invoice behind it; a paid invoice
         the product has held a paid receipt for is settled within the bound (SPEC §2.8, §15)."""
-        from django.db.models import Min
-
-        from dunning.models import ProviderReceipt
-
         now = self.s.now()
         lost = {e["invoice"] for e in ledger if e["dispute_status"] == "lost"}
         paid_since = dict(ProviderReceipt.objects.filter(object_type="invoice", status="paid",
@@ -435,9 +432,6 @@ class Auditor:
         enforces access: neither the current profile (once the contract_deadlines job has had a
         period after an end date the held contract carries; at once when the provider's status
         says it ended) nor a FULL snapshot issued after the end as the application held it then."""
-        from dunning.policy.cache import policy_spec
-        from entitlements.profiles import FULL
-
         now = self.s.now()
         enforced = {}
         for sub in subs:
@@ -468,8 +462,6 @@ class Auditor:
         """A cancellation dunning carried to the provider (provider_cancel_requested_at) is
         confirmed within the hour, or a CANCEL_UNCONFIRMED alert is raised by one alerts period
         later (SPEC §7). Accepted set: the scheduler was down when the hour ran out."""
-        from dunning.models import Alert
-
         now = self.s.now()
         for sub in subs:
             asked = sub.provider_cancel_requested_at

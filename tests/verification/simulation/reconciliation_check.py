@@ -30,15 +30,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
+from django.db.models import Max
 
-from dunning.states import SETTLED_STATES
-
-if TYPE_CHECKING:
-    from dunning.models import ReconciliationReport
-    from tests.verification.simulation.engine import Simulation
+from dunning.models import DunningCycle, FactKind, MonetaryFact, ProviderEvent, ReconciliationReport
+from dunning.states import OPEN_STATES, SETTLED_STATES
+from subscriptions.models import Invoice
+from tests.verification.simulation.world import SimulatedWorld
 
 FALSE_FINDING = "RECONCILIATION_FALSE_FINDING"
 MISSED_DIFFERENCE = "RECONCILIATION_MISSED_DIFFERENCE"
@@ -58,17 +58,11 @@ RANK = {"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
 
 
 def newest_report_pk(since: int = 0) -> int:
-    from django.db.models import Max
-
-    from dunning.models import ReconciliationReport
-
     return max(since, ReconciliationReport.objects.aggregate(m=Max("pk"))["m"] or 0)
 
 
-def check_reports(simulation: Simulation, since: int) -> list[tuple[str, str]]:
+def check_reports(simulation: SimulatedWorld, since: int) -> list[tuple[str, str]]:
     """(code, detail) for each untrue or missing finding of the reports stored after pk `since`."""
-    from dunning.models import ReconciliationReport
-
     found: list[tuple[str, str]] = []
     for report in ReconciliationReport.objects.filter(pk__gt=since).order_by("pk"):
         found += _check_report(simulation, report)
@@ -122,7 +116,7 @@ def _status_at(inv: dict[str, Any], ts: float) -> str | None:
     return max(reached, key=lambda pair: (pair[0], RANK[pair[1]]))[1] if reached else "draft"
 
 
-def _provider_truth(simulation: Simulation, ts: float) -> dict[str, Truth]:
+def _provider_truth(simulation: SimulatedWorld, ts: float) -> dict[str, Truth]:
     sim = simulation.sim
     with sim.lock:
         store = sim.store
@@ -167,9 +161,6 @@ def _provider_truth(simulation: Simulation, ts: float) -> dict[str, Truth]:
 
 
 def _books(invoice_ids: Iterable[str], at: datetime) -> dict[str, Books]:
-    from dunning.models import DunningCycle, FactKind, MonetaryFact
-    from subscriptions.models import Invoice
-
     pks = dict(Invoice.objects.filter(provider_invoice_id__in=list(invoice_ids))
                .values_list("pk", "provider_invoice_id"))
     mirrors: dict[int, dict[str, Any]] = {}
@@ -256,10 +247,7 @@ def _covered(kind: str, kinds: set[str]) -> bool:
 # --------------------------------------------------------------------------- one report
 
 
-def _check_report(simulation: Simulation, report: ReconciliationReport) -> list[tuple[str, str]]:
-    from dunning.models import ProviderEvent
-    from dunning.states import OPEN_STATES
-
+def _check_report(simulation: SimulatedWorld, report: ReconciliationReport) -> list[tuple[str, str]]:
     at = report.run_for
     ts = at.timestamp()
     grace = timedelta(seconds=float(getattr(settings, "DUNNING_RECONCILIATION_EVENT_GRACE_SECONDS", 300)))
@@ -357,14 +345,12 @@ class MirrorWatch:
     current: dict[int, tuple[str, str]] = field(default_factory=dict)  # invoice pk -> (provider id, status)
 
 
-def check_mirrors(simulation: Simulation, watch: MirrorWatch | None = None) -> list[tuple[str, str]]:
+def check_mirrors(simulation: SimulatedWorld, watch: MirrorWatch | None = None) -> list[tuple[str, str]]:
     """(MIRROR_WENT_BACK, detail) for each invoice mirror of the run that shows an earlier status
     than one it already held: a provider invoice never goes back (draft → open → uncollectible →
     paid / void), so the product took a stale read for the truth. The auditor missed exactly this
     on seed 3 (3,000 steps): a lost dispute's event read an old copy of a paid invoice and moved
     the mirror back to open for good; only the reconciliation noticed, every day."""
-    from subscriptions.models import Invoice
-
     watch = watch if watch is not None else MirrorWatch()
     rows = (Invoice.history.model.objects.filter(subscription__provider_subscription_id__in=simulation.subscriptions,
                                                  history_id__gt=watch.last_history_id)
@@ -379,6 +365,6 @@ def check_mirrors(simulation: Simulation, watch: MirrorWatch | None = None) -> l
             if RANK.get(status, 0) < RANK.get(watch.furthest.get(pk, "draft"), 0)]
 
 
-def ledger_snapshot(simulation: Simulation, at: datetime) -> dict[str, Truth]:
+def ledger_snapshot(simulation: SimulatedWorld, at: datetime) -> dict[str, Truth]:
     """The provider side as of `at` (for tests and for reading a failing report by hand)."""
     return _provider_truth(simulation, at.timestamp())
