@@ -16,13 +16,33 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import stripe
+import time_machine
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db.models import Max
 from django.test import Client, TestCase, override_settings
+from django.utils import timezone
 
+from config.celery import app as celery_app
+from dunning.actions import local_retry
+from dunning.gates import gates_evaluate
+from dunning.jobs.framework import job_run
+from dunning.jobs.schedule import CATCH_UP_ORDER, JOB_CADENCE
+from dunning.models import Alert, DunningCycle, DunningPolicy, OutboxMessage, PaymentAttempt, ProviderEvent
+from dunning.policy.publishing import policy_publish
+from dunning.states import CycleState as S
+from subscriptions.models import Subscription
+from subscriptions.providers.stripe_adapter import StripeProvider
+from tests.verification.fake_stripe import StripeSimulator
+from tests.verification.fake_stripe.api import StripeApi
+from tests.verification.fake_stripe.errors import SimError
 from tests.verification.simulation.auditor import Auditor, Violation
 from tests.verification.simulation.schedule import (
     PLAN_OF_PRICE,
@@ -33,6 +53,7 @@ from tests.verification.simulation.schedule import (
     Step,
 )
 from tests.verification.simulation.steps import SimulatedCrash, StepHandlers
+from tests.verification.simulation.transport import client_factory
 
 EPOCH = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 WEBHOOK_SECRET = "whsec_simulation"
@@ -64,11 +85,6 @@ class RunResult:
 
 
 def publish_shipped_policies() -> None:
-    from pathlib import Path
-
-    from dunning.models import DunningPolicy
-    from dunning.policy.publishing import policy_publish
-
     root = Path(settings.BASE_DIR) / "dunning" / "policy" / "shipped" if hasattr(settings, "BASE_DIR") else Path(
         "dunning/policy/shipped")
     for name in ("standard-monthly", "annual-no-grace", "local-retry-monthly", "default-catch-all"):
@@ -79,9 +95,6 @@ def publish_shipped_policies() -> None:
 
 
 def billing_lead() -> Any:
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
-
     user, _ = get_user_model().objects.get_or_create(username=LEAD_USERNAME, defaults={"is_staff": True})
     user.groups.add(Group.objects.get_or_create(name="Billing leads")[0])
     return user
@@ -137,8 +150,6 @@ class Simulation(StepHandlers):
                 self.auditor.check(step_index=result.steps_run, step=Step("final-settle"), final=True)
                 result.violations.extend(self.auditor.take())
             if self.want_gates:
-                from dunning.gates import gates_evaluate
-
                 result.gates = gates_evaluate(now=self.now())
         result.seconds = time.perf_counter() - started
         result.counters = dict(self.counters)
@@ -172,14 +183,10 @@ class Simulation(StepHandlers):
         self.tick()
 
     def cycle(self, invoice_id: str) -> Any:
-        from dunning.models import DunningCycle
-
         return DunningCycle.objects.select_related("invoice", "subscription", "policy", "pending_attempt").get(
             invoice__provider_invoice_id=invoice_id)
 
     def subscription(self, n: int = 0) -> Any:
-        from subscriptions.models import Subscription
-
         return Subscription.objects.get(provider_subscription_id=self.subscriptions[n])
 
     def failed_renewal(self, n: int = 0, decline: str = "insufficient_funds", *, deliver: bool = True) -> str:
@@ -192,11 +199,6 @@ class Simulation(StepHandlers):
 
     @contextlib.contextmanager
     def _world(self) -> Iterator[dict[str, Any]]:
-        import time_machine
-
-        from config.celery import app as celery_app
-        from tests.verification.fake_stripe import StripeSimulator
-
         with contextlib.ExitStack() as stack:
             traveller = stack.enter_context(time_machine.travel(EPOCH, tick=False))
             retry_schedule, max_attempts = PROVIDER_RETRIES[self.schedule.provider_retries]
@@ -206,11 +208,6 @@ class Simulation(StepHandlers):
                 base = sim.start()
                 stack.callback(sim.stop)
             else:  # in process: the SDK's HTTP client calls the simulator's API handler directly
-                import stripe
-
-                from tests.verification.fake_stripe.api import StripeApi
-                from tests.verification.simulation.transport import client_factory
-
                 Simulation._runs += 1
                 base = f"http://simulation-{Simulation._runs}.invalid"
                 sim.renderer.hosted_base = base
@@ -248,8 +245,6 @@ class Simulation(StepHandlers):
         return self.world["sim"]
 
     def now(self) -> datetime:
-        from django.utils import timezone
-
         return timezone.now()
 
     def move_to(self, when: datetime) -> None:
@@ -274,9 +269,6 @@ class Simulation(StepHandlers):
 
     # ---- instrumentation: pay calls seen by the auditor, crash points of the local retry path
     def _patches(self) -> list[Any]:
-        from dunning.actions import local_retry
-        from subscriptions.providers.stripe_adapter import StripeProvider
-
         original_pay = StripeProvider.pay_invoice
         original_accept = local_retry._accept
         original_send = local_retry._send
@@ -317,10 +309,6 @@ class Simulation(StepHandlers):
 
     # ---- setup
     def _setup(self) -> None:
-        from django.db.models import Max
-
-        from dunning.models import ProviderEvent
-
         self.event_watermark = ProviderEvent.objects.aggregate(m=Max("pk"))["m"] or 0
         publish_shipped_policies()
         self.lead = billing_lead()
@@ -373,8 +361,6 @@ class Simulation(StepHandlers):
         return PLAN_OF_PRICE.get(invoice.get("price") or "", self.plan_of[invoice["subscription"]])
 
     def cycles(self, *states: str, plans: tuple[str, ...] = ()) -> list[Any]:
-        from dunning.models import DunningCycle
-
         qs = DunningCycle.objects.filter(subscription__provider_subscription_id__in=self.subscriptions)
         if states:
             qs = qs.filter(state__in=states)
@@ -418,9 +404,6 @@ class Simulation(StepHandlers):
         return when + period
 
     def run_jobs(self, *, force: bool = False, only: tuple[str, ...] = ()) -> None:
-        from dunning.jobs.framework import job_run
-        from dunning.jobs.schedule import CATCH_UP_ORDER, JOB_CADENCE
-
         if self.in_outage() and not force:
             return
         now = self.now()
@@ -445,9 +428,6 @@ class Simulation(StepHandlers):
         asked days after the trusted clock. Whatever was due now is done by the first run; the
         trusted clock refuses every step time would decide, so the second changes nothing:
         cycles, access, contracts, attempts, money, messages written and alerts stay as they were."""
-        from dunning.jobs.framework import job_run
-        from dunning.jobs.schedule import CATCH_UP_ORDER
-
         self.run_jobs(force=True)
         before = self._fingerprint()
         for name in CATCH_UP_ORDER:
@@ -470,9 +450,6 @@ class Simulation(StepHandlers):
 
     def _fingerprint(self) -> dict[str, dict[Any, Any]]:
         """What a job run asked at a future `now` must leave alone."""
-        from dunning.models import Alert, DunningCycle, OutboxMessage, PaymentAttempt
-        from subscriptions.models import Subscription
-
         mine = {"subscription__provider_subscription_id__in": self.subscriptions}
         return {
             "cycle": {cid: (state, generation) for cid, state, generation in DunningCycle.objects.filter(
@@ -509,9 +486,6 @@ class Simulation(StepHandlers):
         self.sim.deliver_due()
 
     def _next_due(self) -> datetime | None:
-        from dunning.models import ProviderEvent
-        from dunning.states import CycleState as S
-
         now = self.now()
         times: list[datetime] = []
         for c in self.cycles(S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.RETRY_FAILED, S.PAYMENT_UNKNOWN,
@@ -551,8 +525,6 @@ class Simulation(StepHandlers):
         """Deadlines of the contract line as the application holds it (period end of a contract
         set to cancel then, its end date, a pause's resume time) and the hour after which an
         unconfirmed provider cancellation must raise an alert."""
-        from subscriptions.models import Subscription
-
         times: list[datetime] = []
         rows = Subscription.objects.filter(provider_subscription_id__in=self.subscriptions).values_list(
             "cancel_at_period_end", "current_period_end", "contract_ended_at", "pause_resumes_at",
@@ -582,8 +554,6 @@ class Simulation(StepHandlers):
 
     # ---- steps
     def _execute(self, step: Step) -> None:
-        from tests.verification.fake_stripe.errors import SimError
-
         self.bump(step.kind)
         try:
             getattr(self, f"step_{step.kind}")(step)

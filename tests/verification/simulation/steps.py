@@ -11,6 +11,13 @@ import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dunning.acceptance.inputs import Cause, Expect
+from dunning.acceptance.transitions import cycle_accept_transition
+from dunning.actions.retry_now import cycle_retry_now
+from dunning.jobs.messaging import CONSUMERS
+from dunning.models import CauseKind, OutboxMessage
+from dunning.states import EXCEPTION_SOURCE_STATES, OPEN_STATES
+from dunning.states import CycleState as S
 from tests.verification.simulation.schedule import DECLINES, PRICES, PROVIDER_PLANS, Step
 
 ENDED_STATUSES = ("canceled", "incomplete_expired")
@@ -78,8 +85,6 @@ class StepHandlers:
             self.sim.customer_pays(inv["id"])
 
     def step_boundary_pay(self, s: Step) -> None:
-        from dunning.states import CycleState as S
-
         cycle = _pick(self.cycles(S.GRACE_ACTIVE), s.a)
         if cycle is None or cycle.grace_expires_at is None or cycle.grace_expires_at <= self.now():
             return
@@ -144,11 +149,6 @@ class StepHandlers:
         self.crash_armed = _pick(["after_prepared", "after_dispatching", "after_charge"], s.a)
 
     def step_retry_now(self, s: Step) -> None:
-        from dunning.acceptance.inputs import Cause
-        from dunning.actions.retry_now import cycle_retry_now
-        from dunning.models import CauseKind
-        from dunning.states import CycleState as S
-
         if self.in_outage():
             return  # nobody could own an unknown outcome while the scheduler is down (see README)
         cycle = _pick(self.cycles(S.GRACE_ACTIVE, S.RETRY_SCHEDULED, S.PAYMENT_UNKNOWN, plans=("local",)), s.a)
@@ -179,8 +179,6 @@ class StepHandlers:
             self.sim.refund(charge["id"], None if s.b < 0.5 else max(charge["amount"] // 2, 1))
 
     def step_dispute(self, s: Step) -> None:
-        from dunning.states import CycleState as S
-
         charges = self._charges(undisputed=True)
         restricted = {c.subscription.provider_subscription_id for c in self.cycles(S.RESTRICTED, S.GRACE_EXPIRED)}
         preferred = [c for c in charges if self.sim.get(c["invoice"])["subscription"] in restricted]
@@ -197,9 +195,6 @@ class StepHandlers:
             self.sim.close_dispute(dispute, won=s.b < 0.5)
 
     def step_outbox_replay(self, s: Step) -> None:
-        from dunning.jobs.messaging import CONSUMERS
-        from dunning.models import OutboxMessage
-
         published = list(OutboxMessage.objects.filter(
             published_at__isnull=False, subscription__provider_subscription_id__in=self.subscriptions).order_by("pk"))
         for message in published[int(s.a * len(published)):][: s.n]:
@@ -214,10 +209,6 @@ class StepHandlers:
             self.stale_invoices.add(inv["id"])
 
     def step_exception(self, s: Step) -> None:
-        from dunning.acceptance.inputs import Cause, Expect
-        from dunning.acceptance.transitions import cycle_accept_transition
-        from dunning.states import EXCEPTION_SOURCE_STATES
-
         cycle = _pick(self.cycles(*EXCEPTION_SOURCE_STATES), s.a)
         if cycle is None:
             return
@@ -286,8 +277,6 @@ class StepHandlers:
         """A price / interval change at the provider (monthly ↔ annual, provider ↔ local retries),
         preferably while one of the subscription's invoices is in dunning: open cycles keep their
         policy, the next invoices bind to the new price's."""
-        from dunning.states import OPEN_STATES
-
         live = self.live_subscriptions()
         dunning = {c.subscription.provider_subscription_id for c in self.cycles(*OPEN_STATES)}
         sub = _pick([x for x in live if x in dunning] or live, s.a)
@@ -301,10 +290,6 @@ class StepHandlers:
     def step_staff_cancel(self, s: Step) -> None:
         """A billing lead cancels a restricted cycle; the cancellation job carries it out on a fresh
         unpaid receipt and the provider is told through the outbox."""
-        from dunning.acceptance.inputs import Cause, Expect
-        from dunning.acceptance.transitions import cycle_accept_transition
-        from dunning.states import CycleState as S
-
         cycle = _pick(self.cycles(S.RESTRICTED), s.a)
         if cycle is None:
             return

@@ -7,10 +7,12 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 
 from dunning.models import DunningPolicy
 from dunning.policy.publishing import policy_publish
+from subscriptions.models import Customer
 from tests.verification.demo import load_demo
 
 POLICY_DIR = Path(settings.BASE_DIR) / "dunning" / "policy" / "shipped"
@@ -49,10 +51,6 @@ class Command(BaseCommand):
 
     def _role_logins(self) -> None:
         """Daily work needs no superuser: a support agent, a billing lead, and one customer."""
-        from django.contrib.auth.models import Group
-
-        from subscriptions.models import Customer
-
         user_model = get_user_model()
         for name, group in (("agent", "Support agents"), ("lead", "Billing leads")):
             user, _ = user_model.objects.get_or_create(username=name, defaults={"is_staff": True})
