@@ -13,16 +13,14 @@ import re
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl
 
 from tests.verification.fake_stripe.contract import CANCELED_IS_IMMUTABLE, ENDED_STATUSES, PAUSE_BEHAVIORS
+from tests.verification.fake_stripe.core import SimulatorCore
 from tests.verification.fake_stripe.errors import CardDeclined, InvalidTransition, SimError, not_found
 from tests.verification.fake_stripe.idempotency import BUSY, MISMATCH, REPLAY, fingerprint
 from tests.verification.fake_stripe.rendering import list_object
-
-if TYPE_CHECKING:
-    from tests.verification.fake_stripe.core import SimulatorCore
 
 OBJECT_KINDS = {"payment_intents": "payment_intent", "charges": "charge", "disputes": "dispute",
                 "refunds": "refund", "subscriptions": "subscription", "customers": "customer",

@@ -9,13 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tests.verification.fake_stripe.api import Request, Response, json_response
+from tests.verification.fake_stripe.core import SimulatorCore
 from tests.verification.fake_stripe.errors import SimError
-
-if TYPE_CHECKING:
-    from tests.verification.fake_stripe.core import SimulatorCore
 
 _ID = r"(?P<id>[^/]+)"
 ROUTES = [

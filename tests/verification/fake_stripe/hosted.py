@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import html
 import re
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote
 
 from tests.verification.fake_stripe.api import Request, Response
+from tests.verification.fake_stripe.core import SimulatorCore
 from tests.verification.fake_stripe.errors import SimError
-
-if TYPE_CHECKING:
-    from tests.verification.fake_stripe.core import SimulatorCore
 
 PAGE = re.compile(r"^/i/(?P<account>[^/]+)/(?P<invoice>[^/]+)(?:/(?P<action>card|pay))?/?$")
 SYMBOLS = {"usd": "$", "eur": "€", "gbp": "£"}

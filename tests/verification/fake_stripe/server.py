@@ -7,15 +7,12 @@ import socket
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tests.verification.fake_stripe.api import Request, StripeApi
 from tests.verification.fake_stripe.control import ControlApi
+from tests.verification.fake_stripe.core import SimulatorCore
 from tests.verification.fake_stripe.hosted import HostedPages
-
-if TYPE_CHECKING:
-    from tests.verification.fake_stripe.core import SimulatorCore
 
 
 class SimulatorServer(ThreadingHTTPServer):

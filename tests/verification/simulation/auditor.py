@@ -16,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db.models import Min
 
@@ -49,10 +49,8 @@ from entitlements.profiles import FULL
 from entitlements.profiles import most_restrictive as _pure_most_restrictive
 from subscriptions.models import Subscription
 from tests.verification.simulation import reconciliation_check
+from tests.verification.simulation.schedule import Step
 from tests.verification.simulation.world import SimulatedWorld
-
-if TYPE_CHECKING:
-    from tests.verification.simulation.schedule import Step
 
 FRESH_LIMIT = timedelta(seconds=300)
 OWNER_DEADLINE = timedelta(hours=1)
