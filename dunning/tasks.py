@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from dunning.claims import claim
 from dunning.evidence.processing import EventNotFinished, event_process
-from dunning.jobs.framework import claim, job_run
+from dunning.jobs.framework import job_run
 
 # A task that finds its event claimed by another process (the inbox sweep, or a redelivered copy
 # of itself) asks again after this long; by then the event is usually done and the task returns.

@@ -31,8 +31,8 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
+from dunning.claims import claim
 from dunning.clock import trusted_now
-from dunning.jobs.framework import claim
 from dunning.models import OutboxMessage
 from entitlements.models import DeliveryStatus, EntitlementDelivery, EntitlementSubscriber
 

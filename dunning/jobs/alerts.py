@@ -44,7 +44,8 @@ from django.db.models.fields.json import KT
 from dunning.acceptance.settlement import compute_aggregate
 from dunning.actions.alerts import EPISODE_SEPARATOR, alert_raise, alert_resolve, duplicate_charge_invoices
 from dunning.actions.local_retry import KEY_RESEND_WINDOW
-from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, job_setting, scheduled_job
+from dunning.claims import claim
+from dunning.jobs.framework import JobReport, ahead_of_the_clock, job_setting, scheduled_job
 from dunning.models import (
     PAID_EVENT_TYPES,
     Alert,

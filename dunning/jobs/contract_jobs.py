@@ -11,8 +11,9 @@ from django.db.models import Q
 
 from dunning.acceptance.inputs import Cause
 from dunning.acceptance.subscription import subscription_accept_change
+from dunning.claims import claim
 from dunning.evidence.subscription_import import ContractRefused, subscription_import
-from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
+from dunning.jobs.framework import JobReport, due_in_order, scheduled_job
 from dunning.policy.vocabulary import ENDED_CONTRACT_STATES
 from subscriptions.models import Subscription
 from subscriptions.providers.base import ProviderError

@@ -22,10 +22,11 @@ from dunning.actions.alerts import alert_raise
 from dunning.actions.local_retry import retry_dispatch, retry_resolve
 from dunning.actions.retry_now import customer_payment_resolve
 from dunning.actions.unknown_owner import unknown_owner_pick
+from dunning.claims import claim
 from dunning.clock import trusted_now
 from dunning.evidence.fresh_fetch import invoice_fetch_fresh, receipt_evidence
 from dunning.evidence.next_edge import reconcile_and_read
-from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, due_in_order, scheduled_job
+from dunning.jobs.framework import JobReport, ahead_of_the_clock, due_in_order, scheduled_job
 from dunning.models import DunningCycle, DunningPolicy
 from dunning.policy.cache import policy_spec
 from dunning.reads.cycles import cycle_read

@@ -1,5 +1,5 @@
-"""What every scheduled job shares: a recorded run, claims that hold across workers, and
-streaming over due rows in due order.
+"""What every scheduled job shares: a recorded run and streaming over due rows in due order
+(the claims that hold across workers are in dunning.claims).
 
 A job is a function `fn(run: JobReport) -> None` that reads `run.now` (never the wall clock)
 and counts what it examined, changed, refused and failed on. `job_run` records each run as a
@@ -13,15 +13,12 @@ import logging
 import os
 import socket
 import traceback
-import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Q, QuerySet
 
 from dunning.clock import now_is_not_ahead, trusted_now
@@ -122,34 +119,6 @@ def _finish(record: JobRun, report: JobReport, status: str, detail: str) -> None
     record.detail = detail[:20000]
     record.save(update_fields=["finished_at", "status", "examined", "changed", "refused", "errors", "detail"])
     log.info("job %s for %s: %s", report.job, report.now.isoformat(), status)
-
-
-def _lock_key(job: str) -> int:
-    return zlib.crc32(job.encode()) - 2**31  # a signed int4, as pg_advisory_lock(int, int) wants
-
-
-@contextmanager
-def claim(job: str, pk: int) -> Iterator[bool]:
-    """Hold a PostgreSQL session advisory lock on (job, row) while one worker works on the row.
-
-    It spans the provider fetch and the acceptance call, which are separate transactions, so
-    a second worker skips the row instead of fetching and asking again. The acceptance CAS is
-    still the last word; this keeps concurrent sweeps from producing rejection noise. SQLite
-    (the embedded demo) has one writer anyway.
-    """
-    if connection.vendor != "postgresql":
-        yield True
-        return
-    key = _lock_key(job)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [key, pk])
-        got = bool(cursor.fetchone()[0])
-    try:
-        yield got
-    finally:
-        if got:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [key, pk])
 
 
 def due_page(queryset: QuerySet, due_field: str, after: tuple[Any, int] | None = None, *,

@@ -25,8 +25,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Q
 
+from dunning.claims import claim
 from dunning.evidence.processing import EventNotFinished, event_process
-from dunning.jobs.framework import JobReport, claim, due_in_order, scheduled_job
+from dunning.jobs.framework import JobReport, due_in_order, scheduled_job
 from dunning.models import EventOutcome, ProviderEvent
 
 MAX_ATTEMPTS = 20

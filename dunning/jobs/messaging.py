@@ -17,7 +17,8 @@ from django.db.models import Max, Q
 from dunning.actions import entitlement_changed as consumers
 from dunning.actions.notifications import notification_deliver
 from dunning.actions.provider_cancel import provider_cancel_deliver
-from dunning.jobs.framework import JobReport, ahead_of_the_clock, claim, due_in_order, scheduled_job, worker_name
+from dunning.claims import claim
+from dunning.jobs.framework import JobReport, ahead_of_the_clock, due_in_order, scheduled_job, worker_name
 from dunning.models import ENTITLEMENT_CHANGED_TOPIC, DunningCycle, DunningPolicy, OutboxMessage
 from dunning.policy.cache import policy_spec
 from dunning.policy.rollout import sends_notifications

@@ -55,9 +55,10 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from dunning.acceptance.aggregate import EMPTY_ROOT
 from dunning.acceptance.settlement import compute_aggregate
 from dunning.actions.alerts import alert_raise
+from dunning.claims import claim
 from dunning.clock import trusted_now
 from dunning.evidence.receipts import receipt_record
-from dunning.jobs.framework import JobReport, claim, job_setting, scheduled_job
+from dunning.jobs.framework import JobReport, job_setting, scheduled_job
 from dunning.models import (
     AlertKind,
     DunningCycle,

@@ -27,8 +27,9 @@ import redis
 from django.db import connection
 
 from config.celery import app as celery_app
+from dunning.claims import claim
 from dunning.gates import gates_evaluate
-from dunning.jobs.framework import claim, job_run
+from dunning.jobs.framework import job_run
 from dunning.jobs.schedule import beat_schedule
 from dunning.models import EventOutcome, JobRun, ProviderEvent
 from dunning.tasks import process_provider_event
