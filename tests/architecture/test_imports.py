@@ -8,7 +8,8 @@ any other, so hiding a loop inside a function does not hide it from this test.
 Checked:
 - no cycle among project modules (the failure names the loop);
 - the layers: models and policy import no services or anything above them, services import no
-  admin, web views or jobs, and product code imports no test machinery;
+  admin, web views or jobs (in dunning, entitlements and agentpay alike), agentpay reaches the
+  billing product only through agentpay.bridge, and product code imports no test machinery;
 - function-level imports in the scanned code are only those on ALLOWED_FUNCTION_IMPORTS below,
   each with its reason.
 """
@@ -26,6 +27,12 @@ PRODUCT = ("dunning", "subscriptions", "entitlements", "agentpay", "config")
 SERVICES = ("dunning.acceptance", "dunning.evidence", "dunning.actions", "dunning.reads")
 ABOVE_SERVICES = ("dunning.admin", "dunning.web", "dunning.jobs", "dunning.tasks", "dunning.management")
 LOWEST = ("dunning.models", "dunning.policy")
+# The other apps' services and models, and what sits above them.
+APP_SERVICES = ("entitlements.push", "entitlements.profiles", "entitlements.models", "agentpay.services",
+                "agentpay.models", "agentpay.selectors", "agentpay.composite", "agentpay.states")
+APP_ABOVE = ("entitlements.admin", "entitlements.api", "entitlements.jobs", "agentpay.admin", "agentpay.admin_review",
+             "agentpay.api", "agentpay.jobs", "agentpay.tasks", *ABOVE_SERVICES)
+BILLING_PRODUCT = ("dunning", "subscriptions", "entitlements")
 TEST_MACHINERY = ("django.test", "unittest.mock", "tests")
 
 # (importing module, imported module) -> why it stays inside a function. Keep this short.
@@ -241,6 +248,15 @@ def test_models_and_policy_import_no_services_nor_anything_above() -> None:
 
 def test_services_import_no_admin_views_or_jobs() -> None:
     assert not _violations(SERVICES, ABOVE_SERVICES)
+
+
+def test_entitlement_and_agentpay_services_import_no_api_admin_or_jobs() -> None:
+    assert not _violations(APP_SERVICES, APP_ABOVE)
+
+
+def test_agentpay_reaches_the_billing_product_only_through_its_bridge() -> None:
+    assert not [where for where in _violations(("agentpay",), BILLING_PRODUCT)
+                if not where.startswith("agentpay.bridge:")]
 
 
 def test_product_code_imports_no_test_machinery() -> None:
