@@ -2,7 +2,8 @@
 
 Every .py under the product packages and tests/verification (migrations aside) is parsed, and
 every import is an edge: at module level, under `if TYPE_CHECKING:`, inside a function, and an
-`importlib.import_module("...")` with a literal name. A function-level import is an edge like
+`importlib.import_module("...")` with a literal name (a module that calls import_module with a
+computed name is taken to load every project module it names in a string). A function-level import is an edge like
 any other, so hiding a loop inside a function does not hide it from this test.
 
 Checked:
@@ -154,13 +155,18 @@ def _project_target(target: str) -> str | None:
     return None
 
 
-def _cycles() -> list[list[str]]:
-    """Strongly connected components of more than one module (or a self-loop), by Tarjan."""
+def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {module: set() for module in MODULES}
     for edge in EDGES:
         target = _project_target(edge.target)
         if target is not None:
             graph[edge.source].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One loop for each strongly connected component of more than one module (or a self-loop),
+    found by Tarjan's algorithm."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -232,8 +238,13 @@ def test_the_scan_sees_the_project() -> None:
     assert any(edge.in_function for edge in EDGES) or not ALLOWED_FUNCTION_IMPORTS
 
 
+def test_the_cycle_finder_names_each_loop() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}, "f": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c", "a"], ["e", "e"]]
+
+
 def test_no_import_cycles() -> None:
-    loops = _cycles()
+    loops = _cycles(_graph())
     message = "\n".join(f"{' -> '.join(loop)}\n    {_edge_lines(loop)}" for loop in loops)
     assert not loops, f"import cycles:\n{message}"
 
@@ -242,25 +253,29 @@ def _violations(sources: tuple[str, ...], forbidden: tuple[str, ...]) -> list[st
     return sorted({edge.where() for edge in EDGES if _in(edge.source, sources) and _in(edge.target, forbidden)})
 
 
+def _none(found: list[str], rule: str) -> None:
+    assert not found, f"{rule}:\n" + "\n".join(found)
+
+
 def test_models_and_policy_import_no_services_nor_anything_above() -> None:
-    assert not _violations(LOWEST, SERVICES + ABOVE_SERVICES)
+    _none(_violations(LOWEST, SERVICES + ABOVE_SERVICES), "models and policy import a service or a layer above")
 
 
 def test_services_import_no_admin_views_or_jobs() -> None:
-    assert not _violations(SERVICES, ABOVE_SERVICES)
+    _none(_violations(SERVICES, ABOVE_SERVICES), "a service imports the admin, the web views or the jobs")
 
 
 def test_entitlement_and_agentpay_services_import_no_api_admin_or_jobs() -> None:
-    assert not _violations(APP_SERVICES, APP_ABOVE)
+    _none(_violations(APP_SERVICES, APP_ABOVE), "a service imports the API, the admin or the jobs")
 
 
 def test_agentpay_reaches_the_billing_product_only_through_its_bridge() -> None:
-    assert not [where for where in _violations(("agentpay",), BILLING_PRODUCT)
-                if not where.startswith("agentpay.bridge:")]
+    found = [where for where in _violations(("agentpay",), BILLING_PRODUCT) if not where.startswith("agentpay.bridge:")]
+    _none(found, "AgentPay imports the billing product other than through agentpay.bridge")
 
 
 def test_product_code_imports_no_test_machinery() -> None:
-    assert not _violations(PRODUCT, TEST_MACHINERY)
+    _none(_violations(PRODUCT, TEST_MACHINERY), "product code imports test machinery")
 
 
 def test_function_level_imports_are_only_the_allowed_ones() -> None:
