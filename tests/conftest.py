@@ -1,9 +1,12 @@
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from config.celery import app as celery_app
+from dunning.policy.publishing import policy_publish
 from tests.support.builders import make_policy
+from tests.verification.fake_stripe import StripeSimulator
 
 # The page tests' browser fixtures (`browser`, `new_page`), defined once for every folder.
 pytest_plugins = ["tests.support.browser"]
@@ -49,10 +52,6 @@ SHIPPED_POLICIES = ("standard-monthly", "annual-no-grace", "local-retry-monthly"
 
 @pytest.fixture
 def shipped_policies(db):
-    from pathlib import Path
-
-    from dunning.policy.publishing import policy_publish
-
     # Published well before any clock a test moves to, so a test's own newer release stays the
     # newest whatever today's date is (the selection orders by published_at).
     shipped_at = datetime(2026, 1, 1, tzinfo=UTC)
@@ -70,8 +69,6 @@ def sim(settings, shipped_policies, client, django_capture_on_commit_callbacks, 
     """The Stripe-compatible simulator on loopback; the app's adapter talks to it with the real SDK,
     and its webhooks are posted to the app's webhook view, processed in process. Parametrize
     `api_shape` with "legacy" to run a test with both sides pinned before 2025-03-31."""
-    from tests.verification.fake_stripe import StripeSimulator
-
     version = "2024-06-20" if api_shape == "legacy" else "2026-10-28.endive"
 
     def post_to_app(body: bytes, headers: dict[str, str]) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dunning.models import DunningCycle
-from subscriptions.models import Subscription
+from subscriptions.models import Invoice, Subscription
 from subscriptions.providers.base import ProviderInvoice
 from tests.support.actors import AGENTS, LEADS, customer_login, make_staff, staff_roles_from_migration
 from tests.support.builders import accept, fail_first_payment, make_subscription, open_cycle, reload
@@ -84,8 +84,6 @@ class FakeProvider:
         self.fetches = 0
 
     def fetch_invoice(self, invoice_id: str) -> ProviderInvoice:
-        from subscriptions.models import Invoice
-
         self.fetches += 1
         inv = Invoice.objects.get(provider_invoice_id=invoice_id)
         paid = inv.amount_due if self.status == "paid" else 0

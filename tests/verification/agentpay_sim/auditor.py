@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection
 
 from agentpay.states import TERMINAL
-
-if TYPE_CHECKING:
-    from tests.verification.agentpay_sim.upstream import SimUpstream
+from tests.verification.agentpay_sim.upstream import SimUpstream
 
 CODES = (
     "LEDGER_UNBALANCED", "ACCOUNT_TOTALS_MISMATCH", "NEGATIVE_AVAILABLE", "HOLD_RESOLVED_TWICE",

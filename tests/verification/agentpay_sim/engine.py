@@ -20,11 +20,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import time_machine
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test import Client, override_settings
 
+from agentpay.api.auth import tenant_api_key_create
+from agentpay.bridge import trusted_now
+from agentpay.jobs import agentpay_job_run
+from agentpay.models import PaymentIntent, PricedRoute, Transfer
+from agentpay.services.recovery import review_resolve
+from agentpay.services.tenants import tenant_create
+from agentpay.services.topups import wallet_staff_credit
 from tests.verification.agentpay_sim.auditor import Auditor, Violation
 from tests.verification.agentpay_sim.faults import Crash, Faults
 from tests.verification.agentpay_sim.schedule import ANSWERS, Schedule, Step
@@ -73,10 +81,6 @@ class Simulation:
 
     # -- world ---------------------------------------------------------------------------------
     def _setup(self) -> None:
-        from agentpay.api.auth import tenant_api_key_create
-        from agentpay.models import PricedRoute
-        from agentpay.services.tenants import tenant_create
-        from agentpay.services.topups import wallet_staff_credit
 
         group, _ = Group.objects.get_or_create(name="Billing leads")
         group.permissions.add(*Permission.objects.filter(content_type__app_label="agentpay",
@@ -100,7 +104,6 @@ class Simulation:
 
     @contextlib.contextmanager
     def _world(self) -> Iterator[Any]:
-        import time_machine
 
         with contextlib.ExitStack() as stack:
             traveller = stack.enter_context(time_machine.travel(EPOCH, tick=False))
@@ -117,7 +120,6 @@ class Simulation:
             yield traveller
 
     def now(self) -> datetime:
-        from agentpay.bridge import trusted_now
 
         return trusted_now()
 
@@ -226,7 +228,6 @@ class Simulation:
         self.clock.shift(timedelta(seconds=step.n))
 
     def _job(self, name: str, now: datetime) -> Any:
-        from agentpay.jobs import agentpay_job_run
 
         try:
             return agentpay_job_run(name, now=now)
@@ -251,7 +252,6 @@ class Simulation:
             self.flag("FUTURE_NOW_CHANGED_STATE", f"{step.what} an hour ahead: {run}")
 
     def do_jobs_race(self, step: Step) -> None:
-        from agentpay.jobs import agentpay_job_run
 
         now = self.now()
         self._threads([lambda: agentpay_job_run("agentpay_fulfillment_status_query", now=now)] * 2)
@@ -262,8 +262,6 @@ class Simulation:
 
     # -- staff ---------------------------------------------------------------------------------
     def do_review(self, step: Step) -> None:
-        from agentpay.models import PaymentIntent
-        from agentpay.services.recovery import review_resolve
 
         waiting = list(PaymentIntent.objects.filter(state="needs_review").select_related("fulfillment")
                        .order_by("pk"))
@@ -285,7 +283,6 @@ class Simulation:
             self.faults.reset_thread()
 
     def do_topup(self, step: Step) -> None:
-        from agentpay.services.topups import wallet_staff_credit
 
         wallet_staff_credit(tenant=self.tenants[step.a % len(self.tenants)], currency="usd", amount=step.n,
                             user=self.lead, reason="top-up", ticket=f"SIM-{self.step_no}")
@@ -294,7 +291,6 @@ class Simulation:
     def drain(self) -> None:
         """Everyone retries, the clock passes every lease and deadline, the jobs run, leads resolve:
         then no intent may be left open and no hold unresolved."""
-        from agentpay.models import PaymentIntent, Transfer
 
         self.faults.disarm()
         with self.upstream.lock:

@@ -15,6 +15,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
+from agentpay import jobs
+from agentpay.api import views
+from agentpay.services import recovery, wallet_flow
+
 
 class Crash(BaseException):  # noqa: N818 — a kill, not an error
     """The simulated process died here."""
@@ -71,9 +75,6 @@ class Faults:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        from agentpay import jobs
-        from agentpay.api import views
-        from agentpay.services import recovery, wallet_flow
 
         real_release = views.intent_release_lease
 
