@@ -12,6 +12,17 @@ from tests.verification.fake_stripe import StripeSimulator
 pytest_plugins = ["tests.support.browser"]
 
 
+LONG_FIRST = ("tests/simulation/test_ci_seeds.py::",)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The simulation seeds (about a minute each) go first, so two workers share them out instead
+    of one finishing them alone at the end. They are plain database tests, the group pytest-django
+    already put first, so its order (transactional tests after the others) still holds."""
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
+
+
 @pytest.fixture(autouse=True)
 def celery_in_process():
     """Tasks run in the test's process unless a test starts a real worker itself."""
