@@ -6,7 +6,9 @@ from __future__ import annotations
 from django.contrib import admin
 
 
-class ViewOnlyAdmin(admin.ModelAdmin):
+class _NoWrites:
+    """Refuses add, change and delete, so the admin (or inline) only shows the rows."""
+
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 
@@ -17,15 +19,10 @@ class ViewOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class ViewOnlyInline(admin.TabularInline):
+class ViewOnlyAdmin(_NoWrites, admin.ModelAdmin):
+    pass
+
+
+class ViewOnlyInline(_NoWrites, admin.TabularInline):
     extra = 0
     show_change_link = True
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
