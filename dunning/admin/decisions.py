@@ -98,6 +98,11 @@ class ResolveUnknownForm(DecisionForm):
 Outcome = tuple[bool, str]
 
 
+def _audit(data: dict[str, Any]) -> dict[str, str]:
+    """The reason and ticket every decision form asks for, as the support services take them."""
+    return {"reason": data["reason"], "ticket": data["ticket"]}
+
+
 def _result_text(result: Any, what: str) -> Outcome:
     if result.accepted:
         moved = f" ({result.from_state} → {result.to_state})" if result.from_state else ""
@@ -106,49 +111,48 @@ def _result_text(result: Any, what: str) -> Outcome:
     return False, f"Refused: {result.reason} — {result.detail}"
 
 
+def _decision_text(decision: Any, what: str) -> Outcome:
+    """A decision checked against a fresh receipt: its result, and the receipt it was read on."""
+    fresh = decision.fresh_receipt
+    seen = f" on a fresh receipt showing {fresh.status} (receipt #{fresh.pk})" if fresh else ""
+    return _result_text(decision.result, f"{what}{seen}")
+
+
 def _grant(user: Any, sub: Subscription, cycle: DunningCycle, data: dict[str, Any]) -> Outcome:
     result = support.cycle_grant_exception(cycle_pk=cycle.pk, user=user, expires_at=data["expires_at"],
-                                           owner=data.get("owner", ""), profile=data["profile"],
-                                           reason=data["reason"], ticket=data["ticket"])
+                                           owner=data.get("owner", ""), profile=data["profile"], **_audit(data))
     return _result_text(result, f"Granted an exception on invoice {cycle.invoice.provider_invoice_id} until "
                                 f"{data['expires_at']:%Y-%m-%d %H:%M} UTC")
 
 
 def _resolve(user: Any, sub: Subscription, cycle: DunningCycle, data: dict[str, Any]) -> Outcome:
     decision = support.cycle_resolve_conflict(cycle_pk=cycle.pk, user=user, resolution=data["resolution"],
-                                              reason=data["reason"], ticket=data["ticket"])
-    fresh = decision.fresh_receipt
-    seen = f" on a fresh receipt showing {fresh.status} (receipt #{fresh.pk})" if fresh else ""
-    return _result_text(decision.result, f"Resolved the conflict on invoice {cycle.invoice.provider_invoice_id} as "
-                                         f"{data['resolution']}{seen}")
+                                              **_audit(data))
+    return _decision_text(decision, f"Resolved the conflict on invoice {cycle.invoice.provider_invoice_id} as "
+                                    f"{data['resolution']}")
 
 
 def _own(user: Any, sub: Subscription, cycle: DunningCycle, data: dict[str, Any]) -> Outcome:
-    result = support.cycle_take_unknown_ownership(cycle_pk=cycle.pk, user=user, reason=data["reason"],
-                                                  ticket=data["ticket"])
+    result = support.cycle_take_unknown_ownership(cycle_pk=cycle.pk, user=user, **_audit(data))
     return _result_text(result, f"You now own the unknown payment on invoice {cycle.invoice.provider_invoice_id}")
 
 
 def _resolve_unknown(user: Any, sub: Subscription, cycle: DunningCycle, data: dict[str, Any]) -> Outcome:
     decision = support.cycle_resolve_unknown(cycle_pk=cycle.pk, user=user, decision=data["decision"],
-                                             reason=data["reason"], ticket=data["ticket"])
-    fresh = decision.fresh_receipt
-    seen = f" on a fresh receipt showing {fresh.status} (receipt #{fresh.pk})" if fresh else ""
-    return _result_text(decision.result, f"Resolved the unknown payment on invoice "
-                                         f"{cycle.invoice.provider_invoice_id} as {data['decision']}{seen}")
+                                             **_audit(data))
+    return _decision_text(decision, f"Resolved the unknown payment on invoice {cycle.invoice.provider_invoice_id} as "
+                                    f"{data['decision']}")
 
 
 def _cancel(user: Any, sub: Subscription, cycle: DunningCycle, data: dict[str, Any]) -> Outcome:
-    result = support.cycle_request_cancellation(cycle_pk=cycle.pk, user=user, reason=data["reason"],
-                                                ticket=data["ticket"])
+    result = support.cycle_request_cancellation(cycle_pk=cycle.pk, user=user, **_audit(data))
     return _result_text(result, f"Requested cancellation for invoice {cycle.invoice.provider_invoice_id}; it "
                                 "completes only on a fresh receipt showing the invoice still unpaid")
 
 
 def _pause(user: Any, sub: Subscription, cycle: None, data: dict[str, Any]) -> Outcome:
     try:
-        switch = support.subscription_pause_restrictions(subscription_pk=sub.pk, user=user, reason=data["reason"],
-                                                         ticket=data["ticket"])
+        switch = support.subscription_pause_restrictions(subscription_pk=sub.pk, user=user, **_audit(data))
     except IncidentError as exc:
         return False, f"Refused: {exc}"
     return True, (f"Paused new restrictions and automatic cancellations for cohort {switch.cohort!r} "
@@ -157,8 +161,7 @@ def _pause(user: Any, sub: Subscription, cycle: None, data: dict[str, Any]) -> O
 
 def _end_incident(user: Any, sub: Subscription, cycle: None, data: dict[str, Any]) -> Outcome:
     try:
-        switch, outcome = support.subscription_end_incident(subscription_pk=sub.pk, user=user,
-                                                            reason=data["reason"], ticket=data["ticket"])
+        switch, outcome = support.subscription_end_incident(subscription_pk=sub.pk, user=user, **_audit(data))
     except IncidentError as exc:
         return False, f"Refused: {exc}"
     refused = f"; {len(outcome.refused)} refused: {', '.join(outcome.refused[:5])}" if outcome.refused else ""
@@ -168,8 +171,7 @@ def _end_incident(user: Any, sub: Subscription, cycle: None, data: dict[str, Any
 
 def _rebind(user: Any, sub: Subscription, cycle: None, data: dict[str, Any]) -> Outcome:
     try:
-        result = support.subscription_rebind_to_previous(subscription_pk=sub.pk, user=user, reason=data["reason"],
-                                                         ticket=data["ticket"])
+        result = support.subscription_rebind_to_previous(subscription_pk=sub.pk, user=user, **_audit(data))
     except IncidentError as exc:
         return False, f"Refused: {exc}"
     return _result_text(result, f"Rebound {sub.provider_subscription_id} to the previous policy version")
