@@ -17,18 +17,16 @@ from dunning.clock import trusted_now
 from dunning.models import DunningCycle, DunningPolicy
 from dunning.policy.publishing import NoPolicyError, policy_for_prices
 from dunning.policy.vocabulary import CONTRACT_STATES
+from dunning.refusals import CodedRefusal
 from dunning.states import CycleState
 from entitlements.profiles import FULL
 from subscriptions.models import Customer, Invoice, Subscription
 
 
-class OpeningRefused(ValueError):
+class OpeningRefused(CodedRefusal, ValueError):
     """The row cannot be opened; `code` says why (the caller quarantines with that reason)."""
 
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.code = code
-        self.detail = detail
+    code_in_message = True
 
 
 def subscription_register(

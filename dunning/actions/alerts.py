@@ -36,6 +36,7 @@ from django.db.models.functions import Greatest
 from dunning.clock import trusted_now
 from dunning.models import Alert, AlertKind, FactKind, MonetaryFact, PaymentAttempt
 from dunning.models.operations import ALERT_KINDS_RESOLVED_BY_A_PERSON, AlertAction, AlertActionKind
+from dunning.refusals import CodedRefusal
 from dunning.states import AttemptState
 from subscriptions.models import Invoice, Subscription
 
@@ -67,13 +68,8 @@ def duplicate_charge_invoices(*, facts: QuerySet[MonetaryFact] | None = None,
     return by_facts, by_attempts
 
 
-class AlertRefused(Exception):
+class AlertRefused(CodedRefusal):
     """The decision cannot be taken; `detail` says why in plain words."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
 
 
 @dataclass(frozen=True)

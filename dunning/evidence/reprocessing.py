@@ -36,6 +36,7 @@ from dunning.clock import trusted_now
 from dunning.evidence.processing import Processing, event_process_fresh
 from dunning.models import EventOutcome, ProviderEvent
 from dunning.models.inbox import EventReprocessing, ReprocessingStatus
+from dunning.refusals import CodedRefusal
 from subscriptions.providers.base import PaymentProvider, ProviderIndeterminate
 
 log = logging.getLogger(__name__)
@@ -44,13 +45,8 @@ HELD_OUTCOMES = (EventOutcome.QUARANTINED, EventOutcome.UNATTRIBUTABLE)
 DEFAULT_STALE_SECONDS = 600
 
 
-class ReprocessRefused(Exception):
+class ReprocessRefused(CodedRefusal):
     """The request cannot be carried out; `detail` says why in plain words."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dunning.acceptance.subscription import subscription_accept_change
 from dunning.clock import trusted_now
 from dunning.evidence.receipts import receipt_record
 from dunning.models import ProviderEvent
+from dunning.refusals import CodedRefusal
 from subscriptions.models import Customer, Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderError, ProviderSubscription
 from subscriptions.providers.registry import get_provider
@@ -24,14 +25,11 @@ from subscriptions.providers.registry import get_provider
 CONTRACT_CAS_TRIES = 3
 
 
-class ContractRefused(Exception):
+class ContractRefused(CodedRefusal):
     """The contract read cannot be applied (unknown status, no policy for its price, an older
     read than the one applied). `code` names why; the caller quarantines or notes it."""
 
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.code = code
-        self.detail = detail
+    code_in_message = True
 
 
 @dataclass(frozen=True)
