@@ -44,8 +44,7 @@ from django.db.models.fields.json import KT
 from dunning.acceptance.settlement import compute_aggregate
 from dunning.actions.alerts import EPISODE_SEPARATOR, alert_raise, alert_resolve, duplicate_charge_invoices
 from dunning.actions.local_retry import KEY_RESEND_WINDOW
-from dunning.claims import claim
-from dunning.jobs.framework import JobReport, ahead_of_the_clock, job_setting, scheduled_job
+from dunning.jobs.framework import JobReport, ahead_of_the_clock, job_setting, one_worker_at_a_time, scheduled_job
 from dunning.models import (
     PAID_EVENT_TYPES,
     Alert,
@@ -73,20 +72,16 @@ BATCH = 500
 
 @scheduled_job(JOB, "Alerts: paid but not restored (> 60 s), duplicate charges, failure-rate spike vs 7-day mean, "
                    "provider cancellation unconfirmed after an hour, unknown payments past key retention")
+@one_worker_at_a_time(JOB, "the alerts job")
 def alerts(run: JobReport) -> None:
-    with claim(JOB, 0) as got:
-        if not got:
-            run.refused += 1
-            run.note("another worker is running the alerts job; skipped")
-            return
-        for check in (check_paid_not_restored, check_duplicate_charges, check_failure_rate_spike,
-                      check_cancel_unconfirmed, resolve_unknown_owned, check_unknown_past_retention):
-            try:
-                check(run)
-            except Exception as exc:  # one broken check must not silence the others
-                log.exception("alerts: %s failed", check.__name__)
-                run.errors += 1
-                run.note(f"{check.__name__} failed: {type(exc).__name__}: {exc}")
+    for check in (check_paid_not_restored, check_duplicate_charges, check_failure_rate_spike,
+                  check_cancel_unconfirmed, resolve_unknown_owned, check_unknown_past_retention):
+        try:
+            check(run)
+        except Exception as exc:  # one broken check must not silence the others
+            log.exception("alerts: %s failed", check.__name__)
+            run.errors += 1
+            run.note(f"{check.__name__} failed: {type(exc).__name__}: {exc}")
 
 
 def _lookback_start(now: datetime) -> datetime:

@@ -16,11 +16,13 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import wraps
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
+from dunning.claims import claim
 from dunning.clock import now_is_not_ahead, trusted_now
 from dunning.models import JobRun
 
@@ -77,6 +79,25 @@ def scheduled_job(name: str, description: str) -> Callable[[JobFunction], JobFun
         return fn
 
     return register
+
+
+def one_worker_at_a_time(claim_name: str, what: str) -> Callable[[JobFunction], JobFunction]:
+    """For a job that sweeps everything in one go: the run holds the job-wide claim (`claim_name`,
+    row 0); while another worker holds it the run does nothing and says so, counted as a refusal."""
+
+    def wrap(fn: JobFunction) -> JobFunction:
+        @wraps(fn)
+        def run_alone(run: JobReport) -> None:
+            with claim(claim_name, 0) as got:
+                if not got:
+                    run.refused += 1
+                    run.note(f"another worker is running {what}; skipped")
+                    return
+                fn(run)
+
+        return run_alone
+
+    return wrap
 
 
 def worker_name() -> str:

@@ -55,10 +55,9 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from dunning.acceptance.aggregate import EMPTY_ROOT
 from dunning.acceptance.settlement import compute_aggregate
 from dunning.actions.alerts import alert_raise
-from dunning.claims import claim
 from dunning.clock import trusted_now
 from dunning.evidence.receipts import receipt_record
-from dunning.jobs.framework import JobReport, job_setting, scheduled_job
+from dunning.jobs.framework import JobReport, job_setting, one_worker_at_a_time, scheduled_job
 from dunning.models import (
     AlertKind,
     DunningCycle,
@@ -149,42 +148,38 @@ class Findings:
 
 
 @scheduled_job(JOB, "Daily reconciliation: provider-paid invoices vs local money facts vs entitlements")
+@one_worker_at_a_time(JOB, "the reconciliation")
 def reconciliation(run: JobReport) -> None:
-    with claim(JOB, 0) as got:
-        if not got:
-            run.refused += 1
-            run.note("another worker is running the reconciliation; skipped")
-            return
-        start, end, previous_end = reconciliation_window(run.now)
-        findings = Findings()
-        totals: dict[str, Any] = {}
-        if previous_end is not None and previous_end < start:
-            totals["unreconciled_gap"] = [previous_end.isoformat(), start.isoformat()]
-            run.note(f"nothing reconciled {previous_end.isoformat()}..{start.isoformat()}: past the catch-up cap")
-        provider = get_provider()
-        grace = _event_grace()
-        events = _check_events(run, provider, start, end, findings, totals)
-        recent = _Recent.of(events, since=end - grace)
-        _check_invoices(run, start, findings, totals, named=_invoices_named_by(events, start - grace), recent=recent)
-        _check_subscriptions(run, start, findings, totals)
-        totals["discrepancies"] = len(findings)
-        totals["by_kind"] = dict(sorted(findings.by_kind.items()))
-        totals["discrepancies_listed"] = len(findings.listed)
-        report = ReconciliationReport.objects.create(run_for=run.now, window_start=start, window_end=end,
-                                                     created_at=run.now, totals=totals,
-                                                     discrepancies=findings.listed)
-        run.note(f"report {report.pk} for {start.isoformat()}..{end.isoformat()}: {len(findings)} discrepancies"
-                 + (f" ({', '.join(f'{n} {k}' for k, n in totals['by_kind'].items())})" if findings else ""))
-        if findings:
-            summary = ", ".join(f"{n} × {k}" for k, n in totals["by_kind"].items())
-            alert_raise(
-                kind=AlertKind.RECONCILIATION_MISMATCH, dedupe_key=f"reconciliation:{report.pk}",
-                detail=(f"Reconciliation of {start:%Y-%m-%d %H:%M}–{end:%Y-%m-%d %H:%M} UTC found {len(findings)} "
-                        f"discrepancies: {summary}. See reconciliation report {report.pk}."),
-                figures={"report": report.pk, "window_start": start.isoformat(), "window_end": end.isoformat(),
-                         "by_kind": totals["by_kind"]},
-                now=run.now,
-            )
+    start, end, previous_end = reconciliation_window(run.now)
+    findings = Findings()
+    totals: dict[str, Any] = {}
+    if previous_end is not None and previous_end < start:
+        totals["unreconciled_gap"] = [previous_end.isoformat(), start.isoformat()]
+        run.note(f"nothing reconciled {previous_end.isoformat()}..{start.isoformat()}: past the catch-up cap")
+    provider = get_provider()
+    grace = _event_grace()
+    events = _check_events(run, provider, start, end, findings, totals)
+    recent = _Recent.of(events, since=end - grace)
+    _check_invoices(run, start, findings, totals, named=_invoices_named_by(events, start - grace), recent=recent)
+    _check_subscriptions(run, start, findings, totals)
+    totals["discrepancies"] = len(findings)
+    totals["by_kind"] = dict(sorted(findings.by_kind.items()))
+    totals["discrepancies_listed"] = len(findings.listed)
+    report = ReconciliationReport.objects.create(run_for=run.now, window_start=start, window_end=end,
+                                                 created_at=run.now, totals=totals,
+                                                 discrepancies=findings.listed)
+    run.note(f"report {report.pk} for {start.isoformat()}..{end.isoformat()}: {len(findings)} discrepancies"
+             + (f" ({', '.join(f'{n} {k}' for k, n in totals['by_kind'].items())})" if findings else ""))
+    if findings:
+        summary = ", ".join(f"{n} × {k}" for k, n in totals["by_kind"].items())
+        alert_raise(
+            kind=AlertKind.RECONCILIATION_MISMATCH, dedupe_key=f"reconciliation:{report.pk}",
+            detail=(f"Reconciliation of {start:%Y-%m-%d %H:%M}–{end:%Y-%m-%d %H:%M} UTC found {len(findings)} "
+                    f"discrepancies: {summary}. See reconciliation report {report.pk}."),
+            figures={"report": report.pk, "window_start": start.isoformat(), "window_end": end.isoformat(),
+                     "by_kind": totals["by_kind"]},
+            now=run.now,
+        )
 
 
 # --------------------------------------------------------------------------- provider events
