@@ -65,6 +65,22 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 )
 WRITE_ERRORS = problem_responses(409, 415, 422)
 
+
+def write_schema(operation_id: str, *, path: tuple[OpenApiParameter, ...] = (), tag: str,
+                 request: type[Serializer], summary: str, responses: dict[Any, Any],
+                 description: str | None = None, more_responses: dict[Any, Any] | None = None) -> Any:
+    """The schema of a state-changing endpoint: its path parameters and the Idempotency-Key header, its own
+    responses, then the refusals every write may answer (WRITE_ERRORS) and any `more_responses`."""
+    return extend_schema(operation_id=operation_id, parameters=[*path, IDEMPOTENCY_KEY], tags=[tag], request=request,
+                         summary=summary, description=description,
+                         responses={**responses, **WRITE_ERRORS, **(more_responses or {})})
+
+
+# A state-changing endpoint, throttled with the other billing writes. (No docstring: drf-spectacular
+# would inherit it as the description of every write view that has none of its own.)
+class WriteView(APIView):
+    throttle_scope = "billing_write"
+
 # Refusals that say the input cannot be accepted as given (422); other refusals are state conflicts (409).
 UNPROCESSABLE_REFUSALS = frozenset({
     "EXCEPTION_EXPIRY_NOT_IN_FUTURE", "EXCEPTION_TOO_LONG", "UNKNOWN_PROFILE", "REASON_AND_TICKET_REQUIRED",
@@ -89,14 +105,13 @@ def transition_response(result: TransitionResult) -> Response:
     return Response(TransitionResultSerializer(result).data)
 
 
-class CycleExceptionView(APIView):
+class CycleExceptionView(WriteView):
     permission_classes = [CanGrantException]
-    throttle_scope = "billing_write"
 
-    @extend_schema(
-        operation_id="cycle_exception_grant", parameters=[CYCLE_REF, IDEMPOTENCY_KEY], tags=["billing"],
-        request=ExceptionGrantSerializer, summary="Grant an expiring exception (through the acceptance service)",
-        responses={200: TransitionResultSerializer, **WRITE_ERRORS},
+    @write_schema(
+        "cycle_exception_grant", path=(CYCLE_REF,), tag="billing", request=ExceptionGrantSerializer,
+        summary="Grant an expiring exception (through the acceptance service)",
+        responses={200: TransitionResultSerializer},
     )
     def post(self, request: Request, ref: str) -> Response:
         cycle = cycle_for_request(request, ref)
@@ -107,16 +122,14 @@ class CycleExceptionView(APIView):
             profile=data.get("profile"), reason=data["reason"], ticket=data["ticket"], now=trusted_now())))
 
 
-class CycleRetryView(APIView):
+class CycleRetryView(WriteView):
     permission_classes = [CanRetryPayment]
-    throttle_scope = "billing_write"
 
-    @extend_schema(
-        operation_id="cycle_retry_now", parameters=[CYCLE_REF, IDEMPOTENCY_KEY], tags=["billing"],
-        request=RetryRequestSerializer, summary="Retry the payment now (refused in plain words when unsafe)",
+    @write_schema(
+        "cycle_retry_now", path=(CYCLE_REF,), tag="billing", request=RetryRequestSerializer,
+        summary="Retry the payment now (refused in plain words when unsafe)",
         responses={200: RetryResultSerializer,
-                   202: OpenApiResponse(RetryResultSerializer, description="Outcome UNKNOWN: being reconciled"),
-                   **WRITE_ERRORS},
+                   202: OpenApiResponse(RetryResultSerializer, description="Outcome UNKNOWN: being reconciled")},
     )
     def post(self, request: Request, ref: str) -> Response:
         cycle = cycle_for_request(request, ref)
@@ -158,12 +171,11 @@ class PolicyListView(ListAPIView):
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
-    @extend_schema(
-        operation_id="policy_publish", parameters=[IDEMPOTENCY_KEY], tags=["policies"],
-        request=PolicyPublishSerializer, summary="Publish a policy document (YAML or JSON text)",
+    @write_schema(
+        "policy_publish", tag="policies", request=PolicyPublishSerializer,
+        summary="Publish a policy document (YAML or JSON text)",
         responses={201: PolicyPublishResultSerializer,
-                   200: OpenApiResponse(PolicyPublishResultSerializer, description="Already published, identical"),
-                   **WRITE_ERRORS},
+                   200: OpenApiResponse(PolicyPublishResultSerializer, description="Already published, identical")},
     )
     def post(self, request: Request) -> Response:
         text = _valid(PolicyPublishSerializer, request)["text"]
@@ -247,18 +259,16 @@ def _reprocess_body(outcome: ReprocessOutcome) -> dict[str, Any]:
     }).data
 
 
-class EventReprocessView(APIView):
+class EventReprocessView(WriteView):
     permission_classes = [CanReprocessEvent]
-    throttle_scope = "billing_write"
 
-    @extend_schema(
-        operation_id="event_reprocess", parameters=[EVENT_REF, IDEMPOTENCY_KEY], tags=["operations"],
-        request=EventReprocessRequestSerializer,
+    @write_schema(
+        "event_reprocess", path=(EVENT_REF,), tag="operations", request=EventReprocessRequestSerializer,
         summary="Fetch a held (quarantined or unattributable) event's objects again and re-process it",
         description="Billing leads. The provider's objects are fetched again and the event goes through normal "
                     "processing on that receipt; its previous outcome stays on record in the returned audit row. "
                     "409 when the event is not held (or is being re-processed).",
-        responses={200: EventReprocessResultSerializer, **WRITE_ERRORS, **PROVIDER_UNAVAILABLE},
+        responses={200: EventReprocessResultSerializer}, more_responses=PROVIDER_UNAVAILABLE,
     )
     def post(self, request: Request, event_id: str) -> Response:
         event = _event(event_id)
@@ -334,30 +344,28 @@ def _alert_decision(request: Request, alert_id: str, serializer_class: type[Seri
     return idempotent_call(request, run)
 
 
-class AlertAcknowledgeView(APIView):
+class AlertAcknowledgeView(WriteView):
     permission_classes = [CanAcknowledgeAlert]
-    throttle_scope = "billing_write"
 
-    @extend_schema(
-        operation_id="alert_acknowledge", parameters=[ALERT_REF, IDEMPOTENCY_KEY], tags=["operations"],
-        request=AlertAcknowledgeSerializer, summary="Acknowledge an alert: you own it from now on",
+    @write_schema(
+        "alert_acknowledge", path=(ALERT_REF,), tag="operations", request=AlertAcknowledgeSerializer,
+        summary="Acknowledge an alert: you own it from now on",
         description="Support agents and billing leads. Taking over someone else's alert is allowed and audited; "
                     "a resolved alert is 409.",
-        responses={200: AlertSerializer, **WRITE_ERRORS},
+        responses={200: AlertSerializer},
     )
     def post(self, request: Request, alert_id: str) -> Response:
         return _alert_decision(request, alert_id, AlertAcknowledgeSerializer, alert_acknowledge)
 
 
-class AlertResolveView(APIView):
+class AlertResolveView(WriteView):
     permission_classes = [CanResolveAlert]
-    throttle_scope = "billing_write"
 
-    @extend_schema(
-        operation_id="alert_resolve", parameters=[ALERT_REF, IDEMPOTENCY_KEY], tags=["operations"],
-        request=AlertResolveSerializer, summary="Resolve an alert, saying what was done",
+    @write_schema(
+        "alert_resolve", path=(ALERT_REF,), tag="operations", request=AlertResolveSerializer,
+        summary="Resolve an alert, saying what was done",
         description="Support agents and billing leads. The note is required and audited; a resolved alert is 409.",
-        responses={200: AlertSerializer, **WRITE_ERRORS},
+        responses={200: AlertSerializer},
     )
     def post(self, request: Request, alert_id: str) -> Response:
         return _alert_decision(request, alert_id, AlertResolveSerializer, alert_resolve_by_staff)
