@@ -50,6 +50,8 @@ PAIRS: dict[tuple[str, str, str], list[tuple[tuple[str, ...], str]]] = {
     (WALLET, "held", "unknown"): [((_AUTH, _REVIEW), WALLET_HOLD_NEEDS_REVIEW)],
     (WALLET, "confirmed", "succeeded"): [((_AUTH, "completed", _REVIEW), COMPLETED)],
     (WALLET, "released", "failed"): [((_AUTH, "failed", _REVIEW), RELEASED_UNBILLED)],
+    # A never-dispatched hold that expired (hold_expired, the spec's C14).
+    (WALLET, "released", "not_started"): [((_AUTH,), RELEASED_UNBILLED), (("expired",), EXPIRED)],
     (ONCHAIN, "not_started", "not_started"): [((_CREATED,), AWAITING_AUTHORIZATION),
                                               (("challenged",), PAYMENT_REQUIRED),
                                               ((_AUTH,), AUTHORIZED_SETTLEMENT_NOT_STARTED),

@@ -60,6 +60,23 @@ def challenge_expiry(run: JobSummary) -> None:
                                 now=run.now), "timeout")
 
 
+def hold_expiry(run: JobSummary) -> None:
+    """A hold whose call was never dispatched (the agent's request died after the hold and the
+    agent never retried) is released after the TTL, and the intent expires (wallet-ledger-spec
+    §5.5). A dispatched call is never released here: its unknown outcome stays held."""
+    cutoff = run.now - timedelta(seconds=settings.AGENTPAY_UNDISPATCHED_HOLD_TTL_SECONDS)
+    due = (PaymentIntent.objects.filter(state="authorized", rail="wallet", fulfillment__state="not_started",
+                                        fulfillment__dispatched_at__isnull=True, settlements__state="held",
+                                        settlements__hold__created_at__lte=cutoff)
+           .filter(Q(processing_until__isnull=True) | Q(processing_until__lte=run.now))
+           .order_by("settlements__hold__created_at").values_list("intent_id", flat=True)[:BATCH])
+    for intent_id in due:
+        run.examined += 1
+        run.count(intent_accept(intent_id=intent_id, cause=Cause.job(run.job), now=run.now,
+                                steps=[Step("settlement", "hold_expired"), Step("intent", "hold_expired")]),
+                  "hold expiry")
+
+
 def fulfillment_status_query(run: JobSummary) -> None:
     """Ask the upstream about every unknown fulfillment of an authorized intent; and a call
     whose dispatcher vanished (in progress past its timeouts) is unknown, not in progress."""
@@ -119,6 +136,7 @@ def outbox_relay(run: JobSummary) -> None:
 
 JOBS: dict[str, Callable[[JobSummary], None]] = {
     "agentpay_challenge_expiry": challenge_expiry,
+    "agentpay_hold_expiry": hold_expiry,
     "agentpay_fulfillment_status_query": fulfillment_status_query,
     "agentpay_recovery_deadline": recovery_deadline,
     "agentpay_outbox_relay": outbox_relay,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 JOB_CADENCE: dict[str, int] = {
     "agentpay_challenge_expiry": 30,  # seed §4.1: challenge TTL 300 s
+    "agentpay_hold_expiry": 60,  # an undispatched hold is released after 300 s (wallet-ledger-spec §5.5)
     "agentpay_fulfillment_status_query": 30,
     "agentpay_recovery_deadline": 60,  # also gives every needs-review intent an owner
     "agentpay_outbox_relay": 5,  # publishes committed outbox rows (agentpay.services.outbox)

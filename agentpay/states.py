@@ -33,6 +33,7 @@ INTENT_TRANSITIONS: dict[tuple[str, str], str] = {
     ("authorized", "settlement_failed"): "failed",
     ("authorized", "settlement_released"): "failed",
     ("authorized", "authorization_expired"): "expired",
+    ("authorized", "hold_expired"): "expired",  # not in the seed: wallet-ledger-spec §5.5
     ("authorized", "recovery_deadline_exceeded"): "needs_review",
     ("needs_review", "manual_resolved_confirmed"): "completed",
     ("needs_review", "manual_resolved_failed"): "failed",
@@ -44,6 +45,7 @@ SETTLEMENT_TRANSITIONS: dict[tuple[str, str], str] = {
     ("not_started", "hold_failed"): "failed",
     ("held", "capture"): "confirmed",
     ("held", "release"): "released",
+    ("held", "hold_expired"): "released",  # not in the seed: wallet-ledger-spec §5.5
     ("not_started", "submit_ok"): "submitted",
     ("not_started", "submit_rejected_definitely"): "failed",
     ("not_started", "submit_timeout"): "unknown",
@@ -108,6 +110,7 @@ ROWS: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {
     (INTENT, "authorized", "settlement_failed"): ("settlement_is_failed", BOTH),
     (INTENT, "authorized", "settlement_released"): ("settlement_is_released", (WALLET,)),
     (INTENT, "authorized", "authorization_expired"): ("authorization_expired_before_settlement", (ONCHAIN,)),
+    (INTENT, "authorized", "hold_expired"): ("hold_expired_undispatched", (WALLET,)),
     (INTENT, "authorized", "recovery_deadline_exceeded"): ("outcome_unresolved_past_deadline", BOTH),
     (INTENT, "needs_review", "manual_resolved_confirmed"): ("billing_lead_confirms_delivered", BOTH),
     (INTENT, "needs_review", "manual_resolved_failed"): ("billing_lead_confirms_not_delivered", BOTH),
@@ -115,6 +118,7 @@ ROWS: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {
     (SETTLEMENT, "not_started", "hold_failed"): ("hold_refused", (WALLET,)),
     (SETTLEMENT, "held", "capture"): ("fulfillment_succeeded_full_amount", (WALLET,)),
     (SETTLEMENT, "held", "release"): ("fulfillment_failed", (WALLET,)),
+    (SETTLEMENT, "held", "hold_expired"): ("hold_undispatched_past_ttl", (WALLET,)),
     (SETTLEMENT, "not_started", "submit_ok"): ("broadcast_accepted", (ONCHAIN,)),
     (SETTLEMENT, "not_started", "submit_rejected_definitely"): ("broadcast_rejected_definitely", (ONCHAIN,)),
     (SETTLEMENT, "not_started", "submit_timeout"): ("broadcast_outcome_unknown", (ONCHAIN,)),
@@ -233,7 +237,11 @@ def _cross_line(lines: Lines, line: str, event: str, manual: bool) -> Verdict:
             "settlement_confirmed": (s == "confirmed" and f == "succeeded", "settlement confirmed and fulfillment "
                                                                             "succeeded"),
             "settlement_failed": (s == "failed", "a failed settlement"),
-            "settlement_released": (s == "released", "a released settlement"),
+            # A release follows a failed fulfillment; a never-dispatched hold's release is hold_expired.
+            "settlement_released": (s == "released" and f == "failed", "a released settlement after a failed "
+                                                                        "fulfillment"),
+            "hold_expired": (s == "released" and f == "not_started", "a released settlement whose fulfillment "
+                                                                      "was never dispatched"),
             "authorization_expired": (s == "not_started", "a settlement not yet started"),
             "recovery_deadline_exceeded": ("unknown" in (s, f) or (refund_owed and f == "failed"),
                                            "a settlement or fulfillment in unknown (or a refund owed)"),
@@ -257,6 +265,11 @@ def _cross_line(lines: Lines, line: str, event: str, manual: bool) -> Verdict:
             return Verdict("NO_UPSTREAM_SUCCESS", f"capture needs a succeeded fulfillment; it is {f}")
         if event == "release" and f != "failed":
             return Verdict("FULFILLMENT_NOT_FAILED", f"release needs a failed fulfillment; it is {f}")
+        # Only a hold whose call was never sent expires: once dispatched, unknown stays held.
+        if event == "hold_expired" and (f != "not_started" or lines.intent != "authorized"):
+            return Verdict("FULFILLMENT_DISPATCHED", f"a hold expires only for an authorized intent whose call was "
+                                                     f"never dispatched; the intent is {lines.intent}, the "
+                                                     f"fulfillment {f}")
         return ALLOWED
     # FULFILLMENT
     if event in ATTESTABLE_EVENTS:

@@ -9,6 +9,10 @@ AGENTPAY_REVIEW_OWNER_SECONDS = int(os.environ.get("AGENTPAY_REVIEW_OWNER_SECOND
 AGENTPAY_REVIEW_OWNER_GROUPS = ("Billing leads",)
 # seed §4.1: an x402 challenge not answered within this many seconds expires.
 AGENTPAY_CHALLENGE_TTL_SECONDS = int(os.environ.get("AGENTPAY_CHALLENGE_TTL_SECONDS", "300"))
+# A hold whose call was never dispatched (the agent's request died and it never retried) is
+# released after this many seconds (hold_expired; wallet-ledger-spec §5.5): the seed's TTL.
+AGENTPAY_UNDISPATCHED_HOLD_TTL_SECONDS = int(os.environ.get("AGENTPAY_UNDISPATCHED_HOLD_TTL_SECONDS",
+                                                            str(AGENTPAY_CHALLENGE_TTL_SECONDS)))
 # A request driving an intent holds it this long beyond the route's timeouts (then 409 stops).
 AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS = int(os.environ.get("AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS", "30"))
 # Bodies kept in the request log are cut here; larger forwarded bodies are refused (413).

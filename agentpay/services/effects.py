@@ -101,6 +101,34 @@ def _resolve_hold(resolve: Callable[..., Any]) -> Effect:
     return effect
 
 
+def undispatched_hold_ttl() -> timedelta:
+    """How long a hold may wait for its call to be sent (wallet-ledger-spec §5.5)."""
+    return timedelta(seconds=settings.AGENTPAY_UNDISPATCHED_HOLD_TTL_SECONDS)
+
+
+def hold_expired(ctx: EffectContext, step: Step) -> None:
+    """Release a hold whose call was never sent, once it has waited the TTL and no live request
+    holds the intent's lease. The tables already refused it unless the fulfillment is not_started;
+    `dispatched_at` is checked too, so no call that may have reached the upstream is released."""
+    _not_ahead(ctx, step)
+    hold = ctx.settlement.hold
+    if hold is None:
+        raise Refusal("NO_HOLD", f"settlement {ctx.settlement.settlement_id} has no hold", step)
+    if ctx.fulfillment.dispatched_at is not None:
+        raise Refusal("FULFILLMENT_DISPATCHED", f"dispatched at {ctx.fulfillment.dispatched_at.isoformat()}", step)
+    expires = hold.created_at + undispatched_hold_ttl()
+    if expires > ctx.now:
+        raise Refusal("HOLD_NOT_EXPIRED", f"held at {hold.created_at.isoformat()}; expires at {expires.isoformat()}",
+                      step)
+    lease = ctx.intent.processing_until
+    if lease is not None and lease > ctx.now:
+        raise Refusal("REQUEST_IN_FLIGHT", f"a request holds the intent until {lease.isoformat()}", step)
+    try:
+        ledger_release(hold=hold, actor=ctx.cause.actor, now=ctx.now, reason="hold expired: never dispatched")
+    except LedgerRefusal as refusal:
+        raise Refusal(refusal.code, refusal.detail, step) from None
+
+
 def dispatch(ctx: EffectContext, step: Step) -> None:
     ctx.fulfillment.dispatched_at = ctx.now
     ctx.fulfillment_fields.add("dispatched_at")
@@ -213,6 +241,7 @@ EFFECTS: dict[tuple[str, str], Effect] = {
     (SETTLEMENT, "hold_failed"): hold_failed,
     (SETTLEMENT, "capture"): _resolve_hold(ledger_capture),
     (SETTLEMENT, "release"): _resolve_hold(ledger_release),
+    (SETTLEMENT, "hold_expired"): hold_expired,
     (FULFILLMENT, "dispatch"): dispatch,
     (FULFILLMENT, "upstream_2xx"): upstream_answer,
     (FULFILLMENT, "upstream_4xx"): upstream_answer,

@@ -47,6 +47,7 @@ SPEC_LINE = {code: spec for spec, code in LINE.items()}
 LEDGER_KIND = {"pending": "HOLD", "post_pending": "CAPTURE", "void_pending": "RELEASE", "posted": "CREDIT"}
 DEFAULT_PRICE = SPEC["constants"]["default_price"]
 DEADLINE = SPEC["constants"]["recovery_deadline_seconds"] + 1
+HOLD_TTL = SPEC["constants"]["undispatched_hold_ttl_seconds"] + 1
 
 
 @dataclass
@@ -114,6 +115,9 @@ def path_to(given: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     if s == "not_started":
         return steps
     steps.append(("settlement", "hold_acquired", {}))
+    if f == "not_started" and s == "released":  # a never-dispatched hold that expired (C14)
+        steps.append(("settlement", "hold_expired", {"seconds_held": HOLD_TTL}))
+        return steps + ([("intent", "hold_expired", {})] if i == "expired" else [])
     if f == "not_started":
         return steps
     steps.append(("fulfillment", "dispatch", {}))
@@ -143,7 +147,9 @@ def event_time(intent: PaymentIntent, data: dict[str, Any], clock: Clock) -> dat
     """When an event is sent: at the distance its data names from what it is measured from."""
     fulfillment = intent.fulfillment
     fulfillment.refresh_from_db()
+    settlement = intent.settlements.order_by("-pk").select_related("hold").first()
     for key, anchor in (("elapsed_seconds", fulfillment.unknown_since or intent.challenged_at),
+                        ("seconds_held", settlement.hold.created_at if settlement and settlement.hold else None),
                         ("seconds_since_connection_closed", fulfillment.unknown_since),
                         ("seconds_in_progress", fulfillment.dispatched_at)):
         if key in data and anchor is not None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from unittest import mock
 
 import pytest
 from django.db import connection, transaction
 
-from tests.verification.agentpay_sim import Simulation, Step, generate
+from tests.verification.agentpay_sim import Schedule, Simulation, Step, generate
 
 
 def _seeds() -> list[int]:
@@ -45,6 +46,33 @@ def test_seed_has_no_invariant_violation(seed):
     print("  " + ", ".join(f"{k} {v}" for k, v in sorted(result.counters.items())))
     assert result.ok, f"seed {seed}: {len(result.violations)} violation(s):\n" + "\n".join(
         map(str, result.violations[:20]))
+
+
+# An agent whose request dies right after its hold committed, and that never retries.
+ABANDONED_AFTER_HOLD = Schedule(seed=0, tenants=2, balances=(3000, 1000), abandon_every=1, steps=(
+    Step("crash", what="settlement.hold_acquired"), Step("call", what="ok"), Step("call", what="boom")))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_abandoned_undispatched_hold_expires_by_the_end():
+    result = Simulation(ABANDONED_AFTER_HOLD).run()
+    assert result.ok, "\n".join(map(str, result.violations))
+    assert result.counters["crash:settlement.hold_acquired"] == 1
+    assert result.counters["end:expired/not_started"] == 1  # released by agentpay_hold_expiry
+    assert result.counters["holds_expired"] == 1
+    assert result.counters["end:failed/failed"] + result.counters["end:completed/succeeded"] == 1  # the boom call
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_auditor_catches_a_hold_pending_after_every_deadline():
+    """Without the expiry job, the abandoned hold is held for ever: the drain's retries no longer
+    hide it, and the auditor names it."""
+    from agentpay import jobs
+
+    with mock.patch.dict(jobs.JOBS, {"agentpay_hold_expiry": lambda run: None}):
+        result = Simulation(ABANDONED_AFTER_HOLD).run()
+    assert "HOLD_PENDING_PAST_DEADLINES" in {v.code for v in result.violations}
+    assert "STUCK_AFTER_DRAIN" in {v.code for v in result.violations}
 
 
 def _sql(statement: str, params: tuple = ()) -> None:

@@ -25,6 +25,7 @@ CODES = (
     "CAPTURE_WITHOUT_2XX", "CAPTURE_NOT_DELIVERED", "RELEASE_WITHOUT_EVIDENCE", "RELEASE_WHILE_UNKNOWN",
     "RELEASE_OF_DELIVERED", "TERMINAL_STATE_CHANGED", "DUPLICATE_INTENT_FOR_KEY", "KEY_ANSWERED_TWO_INTENTS",
     "UPSTREAM_CALLED_TWICE", "INTERNAL_ERROR", "KEY_REUSE_ACCEPTED", "FUTURE_NOW_CHANGED_STATE", "STUCK_AFTER_DRAIN",
+    "RELEASE_OF_DISPATCHED", "HOLD_PENDING_PAST_DEADLINES",
 )
 
 
@@ -69,7 +70,7 @@ TWICE = """SELECT h.transfer_id, COUNT(*) FROM agentpay_transfer r JOIN agentpay
            GROUP BY h.transfer_id HAVING COUNT(*) > 1"""
 # Hold resolutions not yet judged: (transfer pk, kind, intent id, fulfillment id, fulfillment state).
 RESOLUTIONS = """
-    SELECT r.id, r.kind, i.intent_id, f.fulfillment_id, f.state, i.id FROM agentpay_transfer r
+    SELECT r.id, r.kind, i.intent_id, f.fulfillment_id, f.state, i.id, f.dispatched_at FROM agentpay_transfer r
     JOIN agentpay_paymentintent i ON i.id = r.intent_id JOIN agentpay_fulfillment f ON f.intent_id = i.id
     WHERE r.kind IN ('post_pending', 'void_pending') AND r.id > %s ORDER BY r.id"""
 EVIDENCE = """SELECT event, data, actor_user_id, reason, ticket FROM agentpay_intentreceipt
@@ -81,12 +82,24 @@ LINES = """
     FROM agentpay_paymentintent i JOIN agentpay_fulfillment f ON f.intent_id = i.id"""
 DUPLICATE_KEYS = """SELECT tenant_id, idempotency_key, COUNT(*) FROM agentpay_paymentintent
                     GROUP BY tenant_id, idempotency_key HAVING COUNT(*) > 1"""
-# Settled while the fulfillment has no outcome: a resolution transfer, or a settled state.
+# Settled while the fulfillment has no outcome: a resolution transfer, or a settled state. The one
+# exception, judged in `_resolutions`: a never-dispatched hold released by hold_expired.
 SETTLED_UNKNOWN = """
     SELECT i.intent_id, s.state, f.state FROM agentpay_paymentintent i JOIN agentpay_fulfillment f ON f.intent_id = i.id
     JOIN agentpay_settlement s ON s.intent_id = i.id
     WHERE f.state IN ('unknown', 'in_progress', 'not_started') AND (s.state IN ('confirmed', 'released')
-          OR EXISTS (SELECT 1 FROM agentpay_transfer r WHERE r.intent_id = i.id AND r.pending_id IS NOT NULL))"""
+          OR EXISTS (SELECT 1 FROM agentpay_transfer r WHERE r.intent_id = i.id AND r.pending_id IS NOT NULL))
+      AND NOT (f.state = 'not_started' AND f.dispatched_at IS NULL AND s.state = 'released'
+               AND NOT EXISTS (SELECT 1 FROM agentpay_transfer r WHERE r.intent_id = i.id
+                               AND r.kind = 'post_pending'))"""
+EXPIRED_BY = """SELECT 1 FROM agentpay_intentreceipt WHERE intent_id = %s AND accepted AND line = 'settlement'
+                AND event = 'hold_expired'"""
+# Holds neither captured nor released, with their intent and fulfillment.
+OPEN_HOLDS = """
+    SELECT h.transfer_id, i.intent_id, i.state, f.state FROM agentpay_transfer h
+    JOIN agentpay_paymentintent i ON i.id = h.intent_id JOIN agentpay_fulfillment f ON f.intent_id = i.id
+    WHERE h.kind = 'pending' AND NOT EXISTS (SELECT 1 FROM agentpay_transfer r WHERE r.pending_id = h.id)
+    ORDER BY h.id"""
 
 
 class Auditor:
@@ -130,11 +143,22 @@ class Auditor:
 
     def _resolutions(self, step: int) -> None:
         up = self.upstream
-        for pk, kind, intent_id, ful, f_state, intent_pk in _rows(RESOLUTIONS, (self.last_resolution,)):
+        for pk, kind, intent_id, ful, f_state, intent_pk, dispatched_at in _rows(RESOLUTIONS, (self.last_resolution,)):
             self.last_resolution = pk
             evidence = _rows(EVIDENCE, (intent_pk,))
             with up.lock:
                 served, said, acted = up.served.get(ful), up.status_served.get(ful, set()), up.acted.get(ful)
+                called = up.calls.get(ful, 0)
+            if kind == "void_pending" and f_state == "not_started":
+                # A hold that expired undispatched: only if no call was ever made, by our record
+                # and by the upstream's own log.
+                if dispatched_at is not None or called or acted is not None:
+                    self.flag("RELEASE_OF_DISPATCHED", step, f"{intent_id} released undispatched; dispatched at "
+                                                             f"{dispatched_at}, upstream called {called} times")
+                elif not _rows(EXPIRED_BY, (intent_pk,)):
+                    self.flag("RELEASE_WITHOUT_EVIDENCE", step, f"{intent_id} released before any dispatch, not "
+                                                                f"by hold_expired")
+                continue
             if kind == "post_pending":
                 if f_state != "succeeded" or not any(self._proves(e, True, served, said, intent_id) for e in evidence):
                     self.flag("CAPTURE_WITHOUT_2XX", step, f"{intent_id} captured; fulfillment {f_state}, evidence "
@@ -149,6 +173,14 @@ class Auditor:
                                                                 f"{[e[0] for e in evidence]}, upstream served {served}")
                 if acted in ("succeeded", "in_progress"):
                     self.flag("RELEASE_OF_DELIVERED", step, f"{intent_id} released; the upstream says {acted}")
+
+    def check_after_deadlines(self, step: int) -> None:
+        """After the clock passed every TTL and deadline and the jobs and leads ran: a hold still
+        pending is money kept for ever (a job that should have ended it did not)."""
+        self.check(step)
+        for hold, intent_id, state, f_state in _rows(OPEN_HOLDS):
+            self.flag("HOLD_PENDING_PAST_DEADLINES", step, f"{hold} of {intent_id} still pending (intent {state}, "
+                                                           f"fulfillment {f_state})")
 
     def _proves(self, receipt: tuple, delivered: bool, served: tuple[int, bool] | None, said: set[str],
                 intent_id: str) -> bool:

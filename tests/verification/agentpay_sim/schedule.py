@@ -22,7 +22,7 @@ CRASH_POINTS = (
     "job_accept",  # a job's first acceptance committed; the rest of its batch not run
 )
 JOBS = ("agentpay_fulfillment_status_query", "agentpay_recovery_deadline", "agentpay_challenge_expiry",
-        "agentpay_outbox_relay")
+        "agentpay_outbox_relay", "agentpay_hold_expiry")
 ADVANCES = (1, 5, 30, 90, 300, 600, 1200)  # seconds the clock moves (jobs do not run: they come late)
 
 WEIGHTS: dict[str, int] = {
@@ -61,6 +61,9 @@ class Schedule:
     tenants: int
     balances: tuple[int, ...]
     steps: tuple[Step, ...] = field(default_factory=tuple)
+    # Every n-th key's agent never sends it again (no replay, no retry at the end): what a crash
+    # leaves behind stays as it is unless a job ends it. 0: every agent retries.
+    abandon_every: int = 0
 
 
 def _answer(rng: random.Random) -> str:
@@ -91,4 +94,6 @@ def generate(seed: int, steps: int, *, concurrency: bool = True) -> Schedule:
             out.append(Step(kind, a, b, n=rng.randint(200, 2000)))
         else:
             out.append(Step(kind, a, b))
-    return Schedule(seed=seed, tenants=tenants, balances=balances, steps=tuple(out))
+    # Drawn after the steps, so a seed's steps are the same as before agents could give up.
+    abandon_every = rng.choice((2, 3, 4))
+    return Schedule(seed=seed, tenants=tenants, balances=balances, steps=tuple(out), abandon_every=abandon_every)
