@@ -22,7 +22,8 @@ def intent_display_status(intent: PaymentIntent) -> str:
 def intent_composite_view(intent: PaymentIntent) -> dict[str, Any]:
     settlement = intent.settlements.select_related("hold").order_by("-pk").first()
     fulfillment = intent.fulfillment
-    status = intent_display_status(intent)
+    status = display_status_or_violation(Lines(rail=intent.rail, intent=intent.state, settlement=settlement.state,
+                                               fulfillment=fulfillment.state))
     return {
         "intent_id": intent.intent_id,
         "idempotency_key": intent.idempotency_key,

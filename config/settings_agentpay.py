@@ -13,6 +13,9 @@ AGENTPAY_CHALLENGE_TTL_SECONDS = int(os.environ.get("AGENTPAY_CHALLENGE_TTL_SECO
 # released after this many seconds (hold_expired; wallet-ledger-spec §5.5): the seed's TTL.
 AGENTPAY_UNDISPATCHED_HOLD_TTL_SECONDS = int(os.environ.get("AGENTPAY_UNDISPATCHED_HOLD_TTL_SECONDS",
                                                             str(AGENTPAY_CHALLENGE_TTL_SECONDS)))
+# wallet-ledger-spec §3.1: each system account (revenue, top-up clearing, staff credit) of a
+# currency is split into this many rows; a wallet's transfers use shard wallet id mod N.
+AGENTPAY_SYSTEM_ACCOUNT_SHARDS = int(os.environ.get("AGENTPAY_SYSTEM_ACCOUNT_SHARDS", "16"))
 # A request driving an intent holds it this long beyond the route's timeouts (then 409 stops).
 AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS = int(os.environ.get("AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS", "30"))
 # Bodies kept in the request log are cut here; larger forwarded bodies are refused (413).

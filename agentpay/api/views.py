@@ -168,7 +168,8 @@ class RouteCallView(_AgentPayView):
                                          request_id=request_id)
         finally:
             intent_release_lease(intent=intent)
-        intent.refresh_from_db()
+        # One read of what the answer shows (the acceptances committed it).
+        intent = PaymentIntent.objects.select_related("route", "fulfillment").get(pk=intent.pk)
         return _answer(intent, driven)
 
 

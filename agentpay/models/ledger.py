@@ -43,6 +43,10 @@ class LedgerAccount(models.Model):
     # wallet-ledger-spec §3.2: a frozen wallet takes no new hold (hold_failed, account_frozen);
     # its open holds are still captured or released.
     frozen = models.BooleanField(default=False)
+    # wallet-ledger-spec §3.1: a system account of one (kind, currency) is split into
+    # AGENTPAY_SYSTEM_ACCOUNT_SHARDS accounts, so two wallets' holds rarely update the same row.
+    # A wallet's shard is 0.
+    shard = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -60,8 +64,9 @@ class LedgerAccount(models.Model):
                                    name="wallet_has_tenant_system_has_none"),
             models.UniqueConstraint(fields=["tenant", "currency"], condition=Q(kind="wallet"),
                                     name="one_wallet_per_tenant_currency"),
-            models.UniqueConstraint(fields=["kind", "currency"], condition=~Q(kind="wallet"),
-                                    name="one_system_account_per_kind_currency"),
+            models.UniqueConstraint(fields=["kind", "currency", "shard"], condition=~Q(kind="wallet"),
+                                    name="one_system_account_per_kind_currency_shard"),
+            models.CheckConstraint(condition=~Q(kind="wallet") | Q(shard=0), name="wallet_shard_zero"),
         ]
 
     def __str__(self) -> str:

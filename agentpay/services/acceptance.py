@@ -71,7 +71,14 @@ def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect
     return _retry_on_deadlock(decide)
 
 
-def _lock(intent_id: str) -> tuple[PaymentIntent, Settlement, Fulfillment, LedgerAccount | None]:
+# The steps that read the wallet's balance or flags and so need its row locked first. Capture,
+# release and expiry move totals by UPDATE (which locks the row then, still after the intent's
+# lines and before the system account); the other steps never touch the wallet.
+WALLET_READERS = frozenset({("settlement", "hold_acquired"), ("settlement", "hold_failed")})
+
+
+def _lock(intent_id: str, *, wallet_needed: bool = True
+          ) -> tuple[PaymentIntent, Settlement, Fulfillment, LedgerAccount | None]:
     try:
         intent = PaymentIntent.objects.select_for_update(of=("self",)).select_related("tenant").get(
             intent_id=intent_id)
@@ -82,7 +89,7 @@ def _lock(intent_id: str) -> tuple[PaymentIntent, Settlement, Fulfillment, Ledge
                   .order_by("-pk").first())
     fulfillment = Fulfillment.objects.select_for_update().get(intent=intent)
     wallet = None
-    if intent.rail == WALLET:
+    if intent.rail == WALLET and wallet_needed:
         wallet = (LedgerAccount.objects.select_for_update()
                   .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
     return intent, settlement, fulfillment, wallet
@@ -109,7 +116,8 @@ def _check_person(step: Step, cause: Cause) -> None:
 
 def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_generation: int | None,
                    now: datetime) -> Outcome:
-    intent, settlement, fulfillment, wallet = _lock(intent_id)
+    intent, settlement, fulfillment, wallet = _lock(
+        intent_id, wallet_needed=any((step.line, step.event) in WALLET_READERS for step in steps))
     generation = intent.generation
     if expect_generation is not None and expect_generation != generation:
         raise Refusal("STALE_GENERATION", f"expected generation {expect_generation}, found {generation}", steps[0])
@@ -144,16 +152,20 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
     intent.generation = generation + 1
     for name, value in ctx.intent_fields.items():
         setattr(intent, name, value)
-    settlement.save(update_fields=["state", "state_changed_at", *ctx.settlement_fields])
-    fulfillment.save(update_fields=["state", "state_changed_at", *ctx.fulfillment_fields])
-    receipts = [
-        IntentReceipt.objects.create(
+    moved = {step.line for step, from_state, to_state in applied if to_state != from_state}
+    # A line that neither moved nor took a field is not written again (it is locked, unchanged).
+    if "settlement" in moved or ctx.settlement_fields:
+        settlement.save(update_fields=["state", "state_changed_at", *ctx.settlement_fields])
+    if "fulfillment" in moved or ctx.fulfillment_fields:
+        fulfillment.save(update_fields=["state", "state_changed_at", *ctx.fulfillment_fields])
+    receipts = IntentReceipt.objects.bulk_create([  # one INSERT; PostgreSQL returns the ids in order
+        IntentReceipt(
             intent=intent, line=step.line, event=step.event, accepted=True, from_state=from_state, to_state=to_state,
             generation=intent.generation, data=_storable(step.data), cause_kind=cause.kind, actor=cause.actor,
             actor_user=cause.user, request_id=cause.request_id, reason=cause.reason, ticket=cause.ticket,
             trusted_time=now)
         for step, from_state, to_state in applied
-    ]
+    ])
     OutboxMessage.objects.create(
         topic=OUTBOX_TOPIC, dedupe_key=f"{intent.intent_id}:{intent.generation}", intent=intent, created_at=now,
         payload={"intent_id": intent.intent_id, "generation": intent.generation, "rail": intent.rail,

@@ -4,13 +4,15 @@ intent → settlement → fulfillment → wallet; system accounts are always tou
 transactions never wait on each other in opposite orders).
 
 Totals move by UPDATE … SET x = x + amount, so the database adds, not Python; the CHECK on the
-wallet backs up the balance test made under the lock.
+wallet backs up the balance test made under the lock. System account ids are cached per process
+(no INSERT … ON CONFLICT + SELECT per hold); a stale id is noticed by its UPDATE moving no row.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
@@ -24,25 +26,50 @@ class LedgerRefusal(Exception):
         self.code, self.detail = code, detail
 
 
-def _ensure(kind: str, currency: str, tenant: Tenant | None) -> LedgerAccount:
+def _ensure(kind: str, currency: str, tenant: Tenant | None, shard: int = 0) -> LedgerAccount:
     # ON CONFLICT DO NOTHING: two first calls at once both succeed; neither poisons its transaction.
-    LedgerAccount.objects.bulk_create([LedgerAccount(kind=kind, currency=currency, tenant=tenant)],
+    LedgerAccount.objects.bulk_create([LedgerAccount(kind=kind, currency=currency, tenant=tenant, shard=shard)],
                                       ignore_conflicts=True)
-    return LedgerAccount.objects.get(kind=kind, currency=currency, tenant=tenant)
+    return LedgerAccount.objects.get(kind=kind, currency=currency, tenant=tenant, shard=shard)
 
 
 def wallet_ensure(*, tenant: Tenant, currency: str) -> LedgerAccount:
     return _ensure(AccountKind.WALLET, currency, tenant)
 
 
-def system_account(kind: str, currency: str) -> LedgerAccount:
+def system_shard(wallet_id: int) -> int:
+    """The shard of the system accounts a wallet's transfers use (wallet-ledger-spec §3.1)."""
+    return wallet_id % max(1, settings.AGENTPAY_SYSTEM_ACCOUNT_SHARDS)
+
+
+def system_account(kind: str, currency: str, shard: int = 0) -> LedgerAccount:
     if kind == AccountKind.WALLET:
         raise ValueError("a wallet is a tenant's account, not a system account")
-    return _ensure(kind, currency, None)
+    account = _ensure(kind, currency, None, shard)
+    _SYSTEM_IDS[(kind, currency, shard)] = account.pk
+    return account
 
 
-def _move(account_id: int, **deltas: int) -> None:
-    LedgerAccount.objects.filter(pk=account_id).update(**{name: F(name) + amount for name, amount in deltas.items()})
+# System account ids per process: (kind, currency, shard) → pk. A system account is never
+# deleted in production; a stale id (a test flushed the table, or the transaction that made the
+# account rolled back) moves no row, which `_move_system` notices, and the id is looked up again.
+_SYSTEM_IDS: dict[tuple[str, str, int], int] = {}
+
+
+def _move(account_id: int, **deltas: int) -> int:
+    return LedgerAccount.objects.filter(pk=account_id).update(
+        **{name: F(name) + amount for name, amount in deltas.items()})
+
+
+def _move_system(kind: str, currency: str, shard: int, **deltas: int) -> int:
+    """Move a system account's totals (touched last: after the wallet); returns its pk."""
+    account_id = _SYSTEM_IDS.get((kind, currency, shard))
+    if account_id is not None and _move(account_id, **deltas) == 1:
+        return account_id
+    account_id = system_account(kind, currency, shard).pk
+    if _move(account_id, **deltas) != 1:
+        raise LookupError(f"the {kind} {currency} account vanished")
+    return account_id
 
 
 def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, actor: str,
@@ -51,14 +78,14 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
     if wallet.available < amount:
         raise LedgerRefusal("INSUFFICIENT_BALANCE", f"available {wallet.available} {wallet.currency}, "
                                                     f"the call costs {amount}")
-    revenue = system_account(AccountKind.REVENUE, wallet.currency)
     with transaction.atomic(savepoint=False):
-        hold = Transfer.objects.create(
-            transfer_id=ids.new_id(ids.HOLD), kind=TransferKind.PENDING, debit_account=wallet, credit_account=revenue,
-            amount=amount, currency=wallet.currency, intent=intent, actor=actor, created_at=now,
-            reason=f"hold for {intent.intent_id}")
         _move(wallet.pk, debits_pending=amount)
-        _move(revenue.pk, credits_pending=amount)
+        revenue_id = _move_system(AccountKind.REVENUE, wallet.currency, system_shard(wallet.pk),
+                                  credits_pending=amount)
+        hold = Transfer.objects.create(
+            transfer_id=ids.new_id(ids.HOLD), kind=TransferKind.PENDING, debit_account=wallet,
+            credit_account_id=revenue_id, amount=amount, currency=wallet.currency, intent=intent, actor=actor,
+            created_at=now, reason=f"hold for {intent.intent_id}")
     return hold
 
 
@@ -104,15 +131,16 @@ def ledger_credit_wallet(*, tenant: Tenant, currency: str, amount: int, source: 
         raise LedgerRefusal("AMOUNT_NOT_POSITIVE", f"a credit must be a positive amount; got {amount}")
     with transaction.atomic(savepoint=False):
         wallet = LedgerAccount.objects.select_for_update().get(pk=wallet_ensure(tenant=tenant, currency=currency).pk)
-        clearing = system_account(source, currency)
+        # The totals first (wallet, then the system account), the transfer last: a refusal
+        # leaves this block by an exception, which rolls the whole transaction back.
+        _move(wallet.pk, credits_posted=amount)
+        clearing_id = _move_system(source, currency, system_shard(wallet.pk), debits_posted=amount)
         try:
             with transaction.atomic():
                 credit = Transfer.objects.create(
-                    transfer_id=ids.new_id(ids.TRANSFER), kind=TransferKind.POSTED, debit_account=clearing,
+                    transfer_id=ids.new_id(ids.TRANSFER), kind=TransferKind.POSTED, debit_account_id=clearing_id,
                     credit_account=wallet, amount=amount, currency=currency, actor=actor, created_at=now,
                     reason=reason, ticket=ticket, external_ref=external_ref)
         except IntegrityError:
             raise LedgerRefusal("ALREADY_CREDITED", f"{external_ref} was already credited") from None
-        _move(clearing.pk, debits_posted=amount)
-        _move(wallet.pk, credits_posted=amount)
     return credit

@@ -14,9 +14,10 @@ import uuid
 from dataclasses import dataclass
 
 from agentpay.bridge import ApiAccess, trusted_now
-from agentpay.models import AccountKind, LedgerAccount, PaymentIntent, TenantStatus
+from agentpay.models import AccountKind, Fulfillment, LedgerAccount, PaymentIntent, Tenant, TenantStatus
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.results import Cause, Outcome, Step
+from agentpay.states import Lines
 from agentpay.upstream import UpstreamAnswer, upstream_forward
 
 # What each upstream answer means, as the steps accepted together (seed §3.2).
@@ -36,7 +37,7 @@ POLICY_REFUSALS = {"currency_mismatch": "CURRENCY_MISMATCH", "no_wallet": "NO_WA
 
 def _policy_refusal(intent: PaymentIntent, access: ApiAccess) -> tuple[str, str]:
     """(reason, detail) of a policy refusal at authorization; ('', '') when the call may go on."""
-    if intent.tenant.status == TenantStatus.FROZEN:
+    if Tenant.objects.filter(pk=intent.tenant_id, status=TenantStatus.FROZEN).exists():
         return "tenant_frozen", "the tenant is frozen"
     if not access.allowed:
         return "entitlement_denies_api_tokens", access.detail
@@ -64,17 +65,22 @@ def _accept(intent: PaymentIntent, cause: Cause, *steps: Step) -> Outcome:
 
 def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAccess, request_id: uuid.UUID) -> Driven:
     last: Outcome | None = None
+    # The lines as they are once (a resumed intent may be anywhere); after that, as the last
+    # acceptance left them: it committed them under its locks, so reading them back adds nothing.
+    intent.refresh_from_db(fields=["state", "generation", "processing_until"])
+    settlement = intent.settlements.order_by("-pk").first()
+    fulfillment = Fulfillment.objects.only("fulfillment_id", "state").get(intent=intent)
+    lines = Lines(rail=intent.rail, intent=intent.state, settlement=settlement.state, fulfillment=fulfillment.state)
     while True:
-        intent.refresh_from_db()
-        settlement = intent.settlements.order_by("-pk").first()
-        fulfillment = intent.fulfillment
-        if intent.state == "created":
+        if last is not None:
+            lines = last.lines
+        if lines.intent == "created":
             reason, why = _policy_refusal(intent, access)
             if reason:
                 last = _accept(intent, cause, Step("intent", "policy_denied", {"reason": reason, "detail": why}))
                 return Driven(last, refusal=POLICY_REFUSALS.get(reason, "POLICY_DENIED"), detail=why)
             last = _accept(intent, cause, Step("intent", "payload_verified", {"api_key": "verified"}))
-        elif intent.state == "authorized" and settlement.state == "not_started":
+        elif lines.intent == "authorized" and lines.settlement == "not_started":
             last = _accept(intent, cause, Step("settlement", "hold_acquired", {"amount": intent.amount}))
             if not last.accepted and last.refusal_code in HOLD_REFUSALS:
                 # seed §1: too little balance is a 402, never a fallback to the chain.
@@ -83,7 +89,7 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
                                                                                    "detail": last.detail}),
                                  Step("intent", "settlement_failed"))
                 return Driven(failed, refusal=last.refusal_code, detail=last.detail)
-        elif intent.state == "authorized" and settlement.state == "held" and fulfillment.state == "not_started":
+        elif lines.intent == "authorized" and lines.settlement == "held" and lines.fulfillment == "not_started":
             last = _accept(intent, cause, Step("fulfillment", "dispatch"))
             if last.accepted:
                 return _forward_and_settle(intent, cause, fulfillment.fulfillment_id, request_id)
