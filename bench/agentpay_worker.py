@@ -49,7 +49,7 @@ def run(database_url: str, tenant_pks: list[int], route_pk: int, ready: Any, sta
                              request_id=request_id, now=trusted_now())
         cause = Cause.request(request_id, tenant.tenant_id)
         driven = wallet_flow.intent_drive_wallet(intent=opened.intent, cause=cause, access=access,
-                                                 request_id=request_id)
+                                                 request_id=request_id, just_opened=opened.created)
         return driven.outcome is not None and driven.outcome.accepted and driven.outcome.lines.intent == "completed"
 
     for i in range(3):  # warm the connection and the caches

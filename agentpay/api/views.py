@@ -165,7 +165,7 @@ class RouteCallView(_AgentPayView):
         try:
             driven = intent_drive_wallet(intent=intent, cause=Cause.request(request_id, tenant.tenant_id),
                                          access=api_access_for(tenant.subscription_ref, method=request.method),
-                                         request_id=request_id)
+                                         request_id=request_id, just_opened=opened.created)
         finally:
             intent_release_lease(intent=intent)
         # One read of what the answer shows (the acceptances committed it).

@@ -1,7 +1,8 @@
 """The one acceptance point of an intent (seed 004 §4; issue 17 item 2).
 
 `intent_accept` is one durable transaction. It locks intent → settlement → fulfillment → wallet
-(always that order, so two acceptances never deadlock on them), compares-and-sets the intent's
+(always that order, so two acceptances never deadlock on them; the wallet only for the steps
+that read its balance), compares-and-sets the intent's
 generation, checks each step against the seed's tables and the cross-line guards
 (`agentpay.states`), applies its effect (ledger moves happen here, inside the transaction), and
 writes one receipt per step and an outbox row. A refusal rolls all of it back and is recorded

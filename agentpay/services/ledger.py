@@ -1,7 +1,8 @@
 """Ledger moves: hold, capture (post), release (void) and credits. They join the caller's
-transaction and expect the wallet row already locked by it (the acceptance service locks
-intent → settlement → fulfillment → wallet; system accounts are always touched last, so two
-transactions never wait on each other in opposite orders).
+transaction; a hold expects the wallet row already locked by the caller (the acceptance service
+locks intent → settlement → fulfillment → wallet), a capture or release locks it by its UPDATE;
+system accounts are always touched last, so two transactions never wait on each other in
+opposite orders.
 
 Totals move by UPDATE … SET x = x + amount, so the database adds, not Python; the CHECK on the
 wallet backs up the balance test made under the lock. System account ids are cached per process
@@ -92,10 +93,9 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
 def _resolve(hold: Transfer, kind: str, actor: str, now: datetime, reason: str, ticket: str) -> Transfer:
     if hold.kind != TransferKind.PENDING:
         raise LedgerRefusal("NOT_A_HOLD", f"{hold.transfer_id} is a {hold.kind} transfer")
-    if Transfer.objects.filter(pending=hold).exists():
-        raise LedgerRefusal("HOLD_ALREADY_RESOLVED", f"{hold.transfer_id} was already posted or voided")
     try:
-        # A savepoint: a lost race on the unique `pending` must leave the caller's transaction usable.
+        # The unique `pending` decides "already resolved" (no SELECT first); a savepoint, so the
+        # refusal leaves the caller's transaction usable.
         with transaction.atomic():
             resolution = Transfer.objects.create(
                 transfer_id=ids.new_id(ids.TRANSFER), kind=kind, debit_account_id=hold.debit_account_id,

@@ -17,7 +17,7 @@ from agentpay.bridge import ApiAccess, trusted_now
 from agentpay.models import AccountKind, Fulfillment, LedgerAccount, PaymentIntent, Tenant, TenantStatus
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.results import Cause, Outcome, Step
-from agentpay.states import Lines
+from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, Lines
 from agentpay.upstream import UpstreamAnswer, upstream_forward
 
 # What each upstream answer means, as the steps accepted together (seed §3.2).
@@ -63,14 +63,23 @@ def _accept(intent: PaymentIntent, cause: Cause, *steps: Step) -> Outcome:
     return intent_accept(intent_id=intent.intent_id, steps=list(steps), cause=cause, now=trusted_now())
 
 
-def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAccess, request_id: uuid.UUID) -> Driven:
+def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAccess, request_id: uuid.UUID,
+                        just_opened: bool = False) -> Driven:
+    """`just_opened`: `intent` is the one `intent_open` inserted in this request (its lines are
+    the initial ones and its fulfillment is cached on it), so nothing is read back."""
     last: Outcome | None = None
     # The lines as they are once (a resumed intent may be anywhere); after that, as the last
     # acceptance left them: it committed them under its locks, so reading them back adds nothing.
-    intent.refresh_from_db(fields=["state", "generation", "processing_until"])
-    settlement = intent.settlements.order_by("-pk").first()
-    fulfillment = Fulfillment.objects.only("fulfillment_id", "state").get(intent=intent)
-    lines = Lines(rail=intent.rail, intent=intent.state, settlement=settlement.state, fulfillment=fulfillment.state)
+    if just_opened:
+        fulfillment = intent.fulfillment
+        lines = Lines(rail=intent.rail, intent=INITIAL[INTENT], settlement=INITIAL[SETTLEMENT],
+                      fulfillment=INITIAL[FULFILLMENT])
+    else:
+        intent.refresh_from_db(fields=["state", "generation", "processing_until"])
+        settlement = intent.settlements.order_by("-pk").first()
+        fulfillment = Fulfillment.objects.only("fulfillment_id", "state").get(intent=intent)
+        lines = Lines(rail=intent.rail, intent=intent.state, settlement=settlement.state,
+                      fulfillment=fulfillment.state)
     while True:
         if last is not None:
             lines = last.lines
