@@ -11,7 +11,7 @@ from agentpay.api.auth import tenant_api_key_create
 from agentpay.models import LedgerAccount, PricedRoute, Tenant, Transfer
 from agentpay.services.topups import wallet_staff_credit
 from tests.agentpay.upstream_server import Upstream
-from tests.support.actors import LEADS, make_user, role
+from tests.support.actors import LEADS, make_user, role, staff_roles_from_migration
 
 
 def ledger_audit() -> None:
@@ -47,7 +47,9 @@ def audited_ledger(request):
 @pytest.fixture
 def lead(db, django_user_model):
     user = make_user("lead", staff=True)
-    # Transactional tests flush the tables the migrations filled: make sure of the group's grants.
+    # Transactional tests flush the tables the migrations filled (the groups and their grants, the
+    # admin's view permissions included): the role migrations' own code makes them again.
+    staff_roles_from_migration()
     user.groups.add(role(LEADS, app_label="agentpay", codenames=["resolve_review", "credit_wallet"]))
     return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
 

@@ -22,6 +22,10 @@ ROLE_MIGRATIONS = (
     ("dunning.migrations.0006_staff_groups", "create_groups"),
     ("dunning.migrations.0007_support_console_permissions", "grant"),
     ("dunning.migrations.0010_event_reprocessing_and_alert_handling", "grant"),
+    ("agentpay.migrations.0002_append_only_triggers_and_lead_permissions", "grant"),
+    ("agentpay.migrations.0005_review_queue_and_admin_grants", "grant"),
+    ("agentpay.migrations.0006_fulfillment_status_queries", "grant"),
+    ("agentpay.migrations.0008_tenant_webhooks", "grant"),
 )
 
 
