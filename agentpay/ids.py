@@ -1,4 +1,5 @@
-"""Prefixed identifiers of seed 004 §2 (`pi_…`, `stl_…`, `ful_…`, `hld_…`) and API keys (`ak_…`).
+"""Prefixed identifiers of seed 004 §2 (`pi_…`, `stl_…`, `ful_…`, `hld_…`), the on-chain
+rail's (`chl_…` challenge, `ctx_…` transaction, `rfd_…` refund) and API keys (`ak_…`).
 
 Random, not sequential: an id in a URL or an upstream's idempotency key must not let one tenant
 guess another's.
@@ -16,6 +17,9 @@ TRANSFER = "xfr_"
 ACCOUNT = "acc_"
 TENANT = "tnt_"
 API_KEY = "ak_"
+CHALLENGE = "chl_"
+CHAIN_TX = "ctx_"
+REFUND = "rfd_"
 
 
 def new_id(prefix: str) -> str:
@@ -45,3 +49,15 @@ def new_fulfillment_id() -> str:
 
 def new_account_id() -> str:
     return new_id(ACCOUNT)
+
+
+def new_challenge_id() -> str:
+    return new_id(CHALLENGE)
+
+
+def new_chain_tx_id() -> str:
+    return new_id(CHAIN_TX)
+
+
+def new_refund_id() -> str:
+    return new_id(REFUND)

@@ -1,4 +1,12 @@
 from agentpay.models.audit import CauseKind, GatewayRequest, IntentReceipt, OutboxMessage
+from agentpay.models.chain import (
+    ChainAuthorization,
+    ChainNetwork,
+    ChainTransaction,
+    ChainTxPurpose,
+    PaymentChallenge,
+    RefundObligation,
+)
 from agentpay.models.evidence import FulfillmentStatusQuery, StatusQueryAnswer
 from agentpay.models.ledger import AccountKind, LedgerAccount, Transfer, TransferKind
 from agentpay.models.payments import Fulfillment, PaymentIntent, ReviewQueueIntent, Settlement
@@ -7,7 +15,8 @@ from agentpay.models.tenants import HttpMethod, PricedRoute, Tenant, TenantApiKe
 from agentpay.models.webhooks import TenantWebhookEndpoint, WebhookAttempt, WebhookDelivery
 
 __all__ = [
-    "AccountKind", "AgentPayConsole", "CauseKind", "Fulfillment", "FulfillmentStatusQuery", "GatewayRequest",
+    "AccountKind", "AgentPayConsole", "CauseKind", "ChainAuthorization", "ChainNetwork", "ChainTransaction",
+    "ChainTxPurpose", "PaymentChallenge", "RefundObligation", "Fulfillment", "FulfillmentStatusQuery", "GatewayRequest",
     "HttpMethod", "IntentReceipt", "LedgerAccount", "OutboxMessage", "PaymentIntent", "PricedRoute",
     "ReviewQueueIntent", "Settlement", "StatusQueryAnswer", "Tenant", "TenantApiKey", "TenantStatus",
     "TenantWebhookEndpoint", "Transfer", "TransferKind", "WebhookAttempt", "WebhookDelivery",

@@ -76,7 +76,7 @@ class Settlement(models.Model):
                                 help_text="Wallet rail: the pending transfer (hld_…).")
     created_at = models.DateTimeField()
     state_changed_at = models.DateTimeField()
-    # On-chain rail (issue 18): network, tx hash, signed transaction, payer, nonce come here.
+    # On-chain rail: its transaction is `chain_tx` (agentpay.models.chain.ChainTransaction).
 
     class Meta:
         constraints = [

@@ -72,6 +72,9 @@ class PricedRoute(models.Model):
     # wallet-ledger-spec §9.4: the upstream promises that its `not_found` answer fences the key
     # (a later call with it is refused), so a fenced not_found proves "not executed".
     fences_not_found = models.BooleanField(default=False)
+    # The on-chain rail (issue 18): the network whose token this route takes; needed for "onchain".
+    network = models.ForeignKey("agentpay.ChainNetwork", null=True, blank=True, on_delete=models.PROTECT,
+                                related_name="routes")
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
