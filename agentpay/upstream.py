@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import ipaddress
 import json
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -149,11 +151,42 @@ class CallbackAnswer:
     error: str = ""
 
 
-def callback_post(*, url: str, body: bytes, headers: dict[str, str], timeout: float) -> CallbackAnswer:
-    """POST a tenant callback (services/webhooks.py); redirects are not followed."""
+def non_public_address(address: str) -> bool:
+    """Loopback, private, link-local (cloud metadata at 169.254.169.254), multicast, reserved or
+    unspecified: an address a tenant's callback must not make us reach inside our network."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def callback_host_problem(url: str) -> str:
+    """Why `url`'s host must not receive callbacks ('' when every address it resolves to is
+    public). Resolving here and checking the connected peer again in `callback_post` closes the
+    DNS-rebinding gap between the check and the POST."""
+    host = urlsplit(url).hostname or ""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"the host {host[:100]!r} does not resolve ({exc})"
+    private = sorted({info[4][0] for info in infos if non_public_address(info[4][0])})
+    if private:
+        return f"the host {host[:100]!r} resolves to a non-public address ({', '.join(private[:3])})"
+    return ""
+
+
+def callback_post(*, url: str, body: bytes, headers: dict[str, str], timeout: float,
+                  allow_private: bool = False) -> CallbackAnswer:
+    """POST a tenant callback (services/webhooks.py); redirects are not followed. Unless
+    `allow_private`, a connection that lands on a non-public address is closed unsent."""
     conn, target = _connection(url, timeout)
     started = time.monotonic()
     try:
+        conn.connect()
+        peer = conn.sock.getpeername()[0]
+        if not allow_private and non_public_address(peer):
+            return CallbackAnswer(None, _since(started), f"refused: {urlsplit(url).hostname!r} connected to the "
+                                                         f"non-public address {peer}; nothing was sent")
         conn.request("POST", target, body=body, headers={"Content-Type": "application/json", **headers})
         response = conn.getresponse()
         response.read()

@@ -27,4 +27,8 @@ AGENTPAY_DEFAULT_CURRENCY = os.environ.get("AGENTPAY_DEFAULT_CURRENCY", "usd").l
 # Tenant callbacks (services/webhooks.py): the signing secrets are derived from this key (default:
 # SECRET_KEY) and each endpoint's salt; changing it invalidates every tenant's secret.
 AGENTPAY_WEBHOOK_SIGNING_KEY = os.environ.get("AGENTPAY_WEBHOOK_SIGNING_KEY", "")
+# A tenant's callback URL must resolve to public addresses (no loopback, private ranges or the
+# cloud metadata address): checked when it is set and again on every connection. Only a
+# deployment whose tenants live on its own network (and the tests' loopback receiver) opts out.
+AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = os.environ.get("AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "") == "1"
 AGENTPAY_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTPAY_WEBHOOK_TIMEOUT_SECONDS", "5"))

@@ -30,7 +30,7 @@ from django.db.models import F
 
 from agentpay.bridge import trusted_now
 from agentpay.models import OutboxMessage, Tenant, TenantWebhookEndpoint, WebhookAttempt, WebhookDelivery
-from agentpay.upstream import callback_post
+from agentpay.upstream import callback_host_problem, callback_post
 
 SECRET_PREFIX = "whsec_ap_"
 SIGNATURE_HEADER = "AgentPay-Signature"
@@ -61,6 +61,8 @@ def tenant_webhook_configure(*, tenant: Tenant, url: str, rotate_secret: bool = 
         URLValidator(schemes=["http", "https"])(url)
     except ValidationError:
         raise WebhookRefused(f"not an http(s) URL: {url[:200]!r}") from None
+    if not settings.AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES and (problem := callback_host_problem(url)):
+        raise WebhookRefused(f"callbacks go to public addresses only: {problem}")
     with transaction.atomic():
         endpoint = TenantWebhookEndpoint.objects.select_for_update().filter(tenant=tenant).first()
         raw = None
@@ -113,7 +115,8 @@ def webhook_deliver(message: OutboxMessage) -> None:
         raise WebhookNotDelivered(f"{delivery.dedupe_key}: cannot sign for {endpoint.url}")
     body, sent_at = _body(message), trusted_now()
     timestamp = int(sent_at.timestamp())
-    answer = callback_post(url=endpoint.url, body=body, timeout=settings.AGENTPAY_WEBHOOK_TIMEOUT_SECONDS, headers={
+    answer = callback_post(url=endpoint.url, body=body, timeout=settings.AGENTPAY_WEBHOOK_TIMEOUT_SECONDS,
+                           allow_private=settings.AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES, headers={
         "AgentPay-Event-Id": message.dedupe_key, SIGNATURE_HEADER: signature(secret, timestamp, body),
         "User-Agent": "AgentPay-Webhooks/1"})
     WebhookAttempt.objects.create(delivery=delivery, attempted_at=sent_at, url=endpoint.url,

@@ -28,6 +28,12 @@ from tests.agentpay.webhook_receiver import Receiver
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def loopback_receivers_allowed(settings):
+    """The receiver here is on loopback, which production refuses (see the tests at the end)."""
+    settings.AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
+
+
 @pytest.fixture
 def receiver():
     server = Receiver().start()
@@ -163,3 +169,26 @@ def test_the_intent_timeline_shows_the_posts_and_the_command_sets_the_url(funded
     pk = PaymentIntent.objects.get(intent_id=intent_id).pk
     page = client.get(reverse("admin:agentpay_paymentintent_change", args=[pk])).content.decode()
     assert page.count("ap-kind ap-kind-webhook") == WebhookAttempt.objects.count() >= 3
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook", "http://localhost/hook", "http://10.1.2.3/hook",
+                                 "http://169.254.169.254/latest/meta-data/", "http://[::1]/hook",
+                                 "http://[::ffff:192.168.0.1]/hook", "http://0.0.0.0/hook",
+                                 "https://no-such-host.invalid/hook"])
+def test_a_callback_url_on_a_non_public_address_is_refused(funded, settings, url):
+    settings.AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
+    with pytest.raises(WebhookRefused) as refused:
+        tenant_webhook_configure(tenant=funded, url=url)
+    assert "public addresses only" in str(refused.value)
+    assert not TenantWebhookEndpoint.objects.filter(tenant=funded).exists()
+
+
+def test_a_host_that_turns_private_after_it_was_set_gets_nothing(funded, routes, call, receiver, hooked, settings):
+    """DNS rebinding, or a deployment that stops allowing private receivers: the connection's
+    peer is checked again, and nothing is POSTed to it."""
+    settings.AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
+    call("ok")
+    assert outbox_relay(now=trusted_now()).published == 0
+    attempt = WebhookAttempt.objects.order_by("pk").first()
+    assert attempt.http_status is None and "non-public address 127.0.0.1" in attempt.error
+    assert receiver.received == []
