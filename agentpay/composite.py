@@ -41,7 +41,8 @@ _CREATED, _AUTH, _REVIEW = "created", "authorized", "needs_review"
 # (rail, settlement, fulfillment) → [(intent states, display status)], as in the spec's table.
 PAIRS: dict[tuple[str, str, str], list[tuple[tuple[str, ...], str]]] = {
     (WALLET, "not_started", "not_started"): [((_CREATED,), AWAITING_AUTHORIZATION),
-                                             ((_AUTH,), AUTHORIZED_SETTLEMENT_NOT_STARTED), (("rejected",), REJECTED)],
+                                             ((_AUTH,), AUTHORIZED_SETTLEMENT_NOT_STARTED), (("rejected",), REJECTED),
+                                             (("expired",), EXPIRED)],  # authorized, never held (C14)
     (WALLET, "failed", "not_started"): [((_AUTH, "failed"), PAYMENT_FAILED)],
     (WALLET, "held", "not_started"): [((_AUTH,), WALLET_HOLD_PROCESSING)],
     (WALLET, "held", "in_progress"): [((_AUTH,), WALLET_HOLD_PROCESSING)],

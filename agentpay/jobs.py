@@ -63,7 +63,8 @@ def challenge_expiry(run: JobSummary) -> None:
 def hold_expiry(run: JobSummary) -> None:
     """A hold whose call was never dispatched (the agent's request died after the hold and the
     agent never retried) is released after the TTL, and the intent expires (wallet-ledger-spec
-    §5.5). A dispatched call is never released here: its unknown outcome stays held."""
+    §5.5); an authorization whose hold was never taken expires after the same TTL. A dispatched
+    call is never released here: its unknown outcome stays held."""
     cutoff = run.now - timedelta(seconds=settings.AGENTPAY_UNDISPATCHED_HOLD_TTL_SECONDS)
     due = (PaymentIntent.objects.filter(state="authorized", rail="wallet", fulfillment__state="not_started",
                                         fulfillment__dispatched_at__isnull=True, settlements__state="held",
@@ -75,6 +76,16 @@ def hold_expiry(run: JobSummary) -> None:
         run.count(intent_accept(intent_id=intent_id, cause=Cause.job(run.job), now=run.now,
                                 steps=[Step("settlement", "hold_expired"), Step("intent", "hold_expired")]),
                   "hold expiry")
+    # Authorized but never held (the request died between its two acceptances; C14): the intent
+    # alone expires, nothing to release.
+    never_held = (PaymentIntent.objects.filter(state="authorized", rail="wallet", state_changed_at__lte=cutoff,
+                                               fulfillment__state="not_started", settlements__state="not_started")
+                  .filter(Q(processing_until__isnull=True) | Q(processing_until__lte=run.now))
+                  .order_by("state_changed_at").values_list("intent_id", flat=True)[:BATCH])
+    for intent_id in never_held:
+        run.examined += 1
+        run.count(intent_accept(intent_id=intent_id, cause=Cause.job(run.job), now=run.now,
+                                steps=[Step("intent", "hold_expired", {"never_held": True})]), "authorization expiry")
 
 
 def fulfillment_status_query(run: JobSummary) -> None:

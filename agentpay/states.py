@@ -240,8 +240,9 @@ def _cross_line(lines: Lines, line: str, event: str, manual: bool) -> Verdict:
             # A release follows a failed fulfillment; a never-dispatched hold's release is hold_expired.
             "settlement_released": (s == "released" and f == "failed", "a released settlement after a failed "
                                                                         "fulfillment"),
-            "hold_expired": (s == "released" and f == "not_started", "a released settlement whose fulfillment "
-                                                                      "was never dispatched"),
+            # C14: a never-dispatched hold released with it, or (wallet) no hold ever taken.
+            "hold_expired": (s in ("released", "not_started") and f == "not_started",
+                             "a released or never-started settlement whose fulfillment was never dispatched"),
             "authorization_expired": (s == "not_started", "a settlement not yet started"),
             "recovery_deadline_exceeded": ("unknown" in (s, f) or (refund_owed and f == "failed"),
                                            "a settlement or fulfillment in unknown (or a refund owed)"),

@@ -129,6 +129,24 @@ def hold_expired(ctx: EffectContext, step: Step) -> None:
         raise Refusal(refusal.code, refusal.detail, step) from None
 
 
+def authorization_never_held(ctx: EffectContext, step: Step) -> None:
+    """The intent's hold_expired. With the settlement's hold_expired in the same acceptance
+    (settlement now released), that step checked everything. Alone, from settlement not_started,
+    it closes a wallet authorization whose hold was never taken (the request died between the
+    two acceptances and the agent never retried): after the same TTL since the authorization, and
+    only when no request holds the lease. Nothing was held, so nothing moves in the ledger."""
+    if ctx.settlement.state != "not_started":
+        return
+    _not_ahead(ctx, step)
+    expires = ctx.intent.state_changed_at + undispatched_hold_ttl()
+    if expires > ctx.now:
+        raise Refusal("AUTHORIZATION_NOT_EXPIRED", f"authorized at {ctx.intent.state_changed_at.isoformat()}; "
+                                                   f"expires at {expires.isoformat()}", step)
+    lease = ctx.intent.processing_until
+    if lease is not None and lease > ctx.now:
+        raise Refusal("REQUEST_IN_FLIGHT", f"a request holds the intent until {lease.isoformat()}", step)
+
+
 def dispatch(ctx: EffectContext, step: Step) -> None:
     ctx.fulfillment.dispatched_at = ctx.now
     ctx.fulfillment_fields.add("dispatched_at")
@@ -252,6 +270,7 @@ EFFECTS: dict[tuple[str, str], Effect] = {
     (FULFILLMENT, "recovery_deadline_exceeded"): fulfillment_deadline_passed,
     (INTENT, "manual_resolved_failed"): manual_resolved_failed,
     (INTENT, "recovery_deadline_exceeded"): intent_needs_review,
+    (INTENT, "hold_expired"): authorization_never_held,
     (INTENT, "challenge_issued"): challenge_issued,
     (INTENT, "timeout"): challenge_timeout,
 }

@@ -112,8 +112,8 @@ def path_to(given: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     if s == "failed":
         steps.append(("settlement", "hold_failed", {"reason": "account_frozen"}))
         return steps + ([("intent", "settlement_failed", {})] if i == "failed" else [])
-    if s == "not_started":
-        return steps
+    if s == "not_started":  # expired: authorized, never held, past the TTL (C14)
+        return steps + ([("intent", "hold_expired", {"seconds_authorized": HOLD_TTL})] if i == "expired" else [])
     steps.append(("settlement", "hold_acquired", {}))
     if f == "not_started" and s == "released":  # a never-dispatched hold that expired (C14)
         steps.append(("settlement", "hold_expired", {"seconds_held": HOLD_TTL}))
@@ -147,9 +147,11 @@ def event_time(intent: PaymentIntent, data: dict[str, Any], clock: Clock) -> dat
     """When an event is sent: at the distance its data names from what it is measured from."""
     fulfillment = intent.fulfillment
     fulfillment.refresh_from_db()
+    intent.refresh_from_db(fields=["state", "state_changed_at"])
     settlement = intent.settlements.order_by("-pk").select_related("hold").first()
     for key, anchor in (("elapsed_seconds", fulfillment.unknown_since or intent.challenged_at),
                         ("seconds_held", settlement.hold.created_at if settlement and settlement.hold else None),
+                        ("seconds_authorized", intent.state_changed_at if intent.state == "authorized" else None),
                         ("seconds_since_connection_closed", fulfillment.unknown_since),
                         ("seconds_in_progress", fulfillment.dispatched_at)):
         if key in data and anchor is not None:

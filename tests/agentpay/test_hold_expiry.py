@@ -129,3 +129,36 @@ def test_an_expiry_asked_ahead_of_the_clock_is_refused(funded, routes, settings)
     outcome = intent_accept(intent_id=intent.intent_id, steps=EXPIRE, cause=Cause.job(JOB), now=ahead)
     assert not outcome.accepted and outcome.refusal_code == "NOW_AFTER_TRUSTED_CLOCK"
     assert lines(intent) == ("authorized", "held", "not_started")
+
+
+def crashed_before_hold(tenant, route, key: str = "k-2") -> PaymentIntent:
+    """A request that died between its two acceptances: authorized, nothing held."""
+    now = trusted_now()
+    body = b'{"q": 2}'
+    digest = request_digest(method="POST", route_slug=route.slug, path="run", query="",
+                            content_type="application/json", body=body)
+    intent = intent_open(tenant=tenant, route=route, rail="wallet", idempotency_key=key, digest=digest,
+                         forward_path="run", forward_query="", content_type="application/json", body=body,
+                         request_id=uuid.uuid4(), now=now).intent
+    assert intent_accept(intent_id=intent.intent_id, steps=[Step("intent", "payload_verified")],
+                         cause=Cause.request(uuid.uuid4(), tenant.tenant_id), now=now).accepted
+    return intent
+
+
+def test_an_authorization_never_held_expires_after_the_ttl(funded, routes, call, settings):
+    intent = crashed_before_hold(funded, routes["ok"])
+    ttl = settings.AGENTPAY_UNDISPATCHED_HOLD_TTL_SECONDS
+    with later(ttl - 5):
+        assert agentpay_job_run(JOB).changed == 0
+        assert intent_claim_lease(intent=intent, now=trusted_now())  # the agent retries just now…
+    with later(ttl + 1):
+        leased = agentpay_job_run(JOB)  # …and its lease (still live) keeps the intent open
+    assert (leased.changed, lines(intent)) == (0, ("authorized", "not_started", "not_started"))
+    with later(ttl + 3600):
+        run = agentpay_job_run(JOB)
+        assert agentpay_job_run(JOB).examined == 0  # terminal now: not picked again
+    assert (run.examined, run.changed) == (1, 1)
+    assert lines(intent) == ("expired", "not_started", "not_started")
+    assert available(funded) == 1000 and not Transfer.objects.filter(kind="pending").exists()
+    receipt = IntentReceipt.objects.filter(intent=intent, accepted=True).order_by("pk").last()
+    assert (receipt.event, receipt.to_state, receipt.actor) == ("hold_expired", "expired", f"job:{JOB}")
