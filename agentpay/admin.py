@@ -18,10 +18,12 @@ from django.utils.html import format_html
 
 from agentpay.admin_review import (
     CREDIT_ACTION,
+    LINK_CUSTOMER_ACTION,
     REVIEW_ACTIONS,
     intent_summary,
     intent_timeline,
     review_action_view,
+    tenant_link_customer_view,
     wallet_credit_view,
 )
 from agentpay.composite import NEEDS_REVIEW_STATUSES, display_status_or_violation
@@ -137,6 +139,23 @@ class ReviewQueueAdmin(PaymentIntentAdmin):
 class TenantAdmin(ReadOnlyAdmin):
     list_display = ("tenant_id", "name", "status", "subscription_ref", "provider_customer_ref", "created_at")
     search_fields = ("tenant_id", "name", "provider_customer_ref")
+    change_form_template = "admin/agentpay/tenant/change_form.html"
+
+    def get_urls(self):  # noqa: ANN201
+        view = self.admin_site.admin_view(lambda request, object_id: tenant_link_customer_view(self, request,
+                                                                                               object_id))
+        return [path("<int:object_id>/link-customer/", view, name="agentpay_tenant_link_customer"),
+                *super().get_urls()]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):  # noqa: ANN001, ANN201
+        tenant = Tenant.objects.filter(pk=object_id).first() if str(object_id).isdigit() else None
+        extra = dict(extra_context or {})
+        if tenant is not None:
+            extra["customer_links"] = tenant.customer_links.select_related("actor_user").order_by("-pk")[:50]
+            if request.user.has_perm(LINK_CUSTOMER_ACTION.permission):
+                extra.update(link_action=LINK_CUSTOMER_ACTION,
+                             link_url=reverse("admin:agentpay_tenant_link_customer", args=[tenant.pk]))
+        return super().change_view(request, object_id, form_url, extra)
 
 
 @admin.register(LedgerAccount)

@@ -27,6 +27,7 @@ from agentpay.models import (
     LedgerAccount,
     OutboxMessage,
     PaymentIntent,
+    Tenant,
     Transfer,
     WebhookAttempt,
 )
@@ -35,6 +36,7 @@ from agentpay.services.acceptance import REVIEW_PERMISSION
 from agentpay.services.ledger import LedgerRefusal
 from agentpay.services.recovery import review_resolve, review_take_ownership
 from agentpay.services.results import Refusal
+from agentpay.services.tenants import CustomerLinkRefused, tenant_link_provider_customer
 from agentpay.services.topups import CREDIT_PERMISSION, wallet_staff_credit
 
 
@@ -63,12 +65,23 @@ CREDIT_ACTION = ReviewAction(
     "Staff credit", CREDIT_PERMISSION,
     "Adds money to this wallet from the staff-credit account (goodwill, a correction). The ledger keeps the amount, "
     "your name, the reason and the ticket; it cannot be edited afterwards.")
+LINK_CUSTOMER_ACTION = ReviewAction(
+    "Link Stripe customer", CREDIT_PERMISSION,
+    "Payments by this Stripe customer that name no tenant will top up this tenant's wallet. Leave the customer "
+    "empty to unlink. A customer tops up one tenant only. The change is kept with your name, the reason and the "
+    "ticket.")
 
 
 class ReasonTicketForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
                              help_text="Why, and how you know: kept on the intent's receipts.")
     ticket = forms.CharField(max_length=128, help_text="Ticket reference, e.g. OPS-1234.")
+
+
+class CustomerLinkForm(ReasonTicketForm):
+    customer_ref = forms.CharField(max_length=255, required=False, label="Stripe customer",
+                                   help_text="cus_…, as in the Stripe dashboard; empty to unlink.")
+    field_order = ["customer_ref", "reason", "ticket"]
 
 
 class CreditForm(ReasonTicketForm):
@@ -149,6 +162,28 @@ def wallet_credit_view(model_admin: admin.ModelAdmin, request: HttpRequest, obje
             return redirect(back)
     summary = [("Tenant", wallet.tenant), ("Currency", wallet.currency), ("Available", wallet.available)]
     return _page(request, model_admin, obj=wallet, action=CREDIT_ACTION, form=form, summary=summary, back_url=back)
+
+
+def tenant_link_customer_view(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+    _require(request, LINK_CUSTOMER_ACTION)
+    tenant = get_object_or_404(Tenant, pk=object_id)
+    back = reverse("admin:agentpay_tenant_change", args=[tenant.pk])
+    form = CustomerLinkForm(request.POST if request.method == "POST" else None,
+                            initial={"customer_ref": tenant.provider_customer_ref})
+    if request.method == "POST" and form.is_valid():
+        try:
+            link = tenant_link_provider_customer(tenant_id=tenant.tenant_id, user=request.user,
+                                                 customer_ref=form.cleaned_data["customer_ref"],
+                                                 reason=form.cleaned_data["reason"], ticket=form.cleaned_data["ticket"])
+        except CustomerLinkRefused as refused:
+            form.add_error(None, f"Refused ({refused.code}): {refused.detail}")
+        else:
+            messages.success(request, f"{tenant} is linked to {link.customer_ref or 'no customer'} now "
+                                      f"(was {link.previous_ref or 'none'}).")
+            return redirect(back)
+    summary = [("Tenant", tenant), ("Linked customer now", tenant.provider_customer_ref or "none")]
+    return _page(request, model_admin, obj=tenant, action=LINK_CUSTOMER_ACTION, form=form, summary=summary,
+                 back_url=back)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models import Q
 
 from agentpay import ids
+from agentpay.models.append_only import AppendOnlyModel
 
 CURRENCY = RegexValidator(r"^[a-z]{3}$", "a lower-case ISO 4217 code, e.g. usd")
 
@@ -27,8 +30,32 @@ class Tenant(models.Model):
     provider_customer_ref = models.CharField(max_length=255, blank=True, default="", db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        constraints = [
+            # One provider customer's payments top up one tenant: a shared customer would let a
+            # payment be claimed by whichever tenant asked first.
+            models.UniqueConstraint(fields=["provider_customer_ref"], condition=~Q(provider_customer_ref=""),
+                                    name="one_tenant_per_provider_customer"),
+        ]
+
     def __str__(self) -> str:
         return f"{self.name} ({self.tenant_id})"
+
+
+class TenantCustomerLink(AppendOnlyModel):
+    """Every change of a tenant's provider customer: who, why, which ticket (it decides whose
+    payments credit the wallet, so it is never changed without a trace)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="customer_links")
+    previous_ref = models.CharField(max_length=255, blank=True, default="")
+    customer_ref = models.CharField(max_length=255, blank=True, default="", help_text="Empty: unlinked.")
+    actor_user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    reason = models.TextField()
+    ticket = models.CharField(max_length=128)
+    linked_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.tenant}: {self.previous_ref or '—'} → {self.customer_ref or '—'}"
 
 
 class TenantApiKey(models.Model):

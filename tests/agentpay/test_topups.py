@@ -125,7 +125,7 @@ def test_no_api_key_is_a_401(client, funded):
 
 
 def test_metadata_names_the_tenant_and_overrules_the_customer(funded, lead):
-    other = Tenant.objects.create(name="other", provider_customer_ref="cus_shared")
+    other = Tenant.objects.create(name="other", provider_customer_ref="cus_other")
     Tenant.objects.filter(pk=funded.pk).update(provider_customer_ref="cus_shared")
     funded.refresh_from_db()
     payment = {"id": "pi_meta1", "object": "payment_intent", "status": "succeeded", "amount_received": 700,

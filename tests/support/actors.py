@@ -26,6 +26,7 @@ ROLE_MIGRATIONS = (
     ("agentpay.migrations.0005_review_queue_and_admin_grants", "grant"),
     ("agentpay.migrations.0006_fulfillment_status_queries", "grant"),
     ("agentpay.migrations.0008_tenant_webhooks", "grant"),
+    ("agentpay.migrations.0011_tenant_customer_links", "grant"),
 )
 
 
