@@ -11,7 +11,9 @@ What consumes the rows: the structured log line below (one JSON line per change,
 intent, its generation, display status and the `request_id` that caused it), which is what ops
 tooling and the request-log search read; and the signed webhook to the intent's tenant
 (`services/webhooks.py`), deduplicated by a delivery row per (message, tenant). Every consumer
-of a row runs even when another fails; the row is published when all of them succeeded.
+of a row runs even when another fails; the row is published when all of them succeeded. Once
+a consumer fails for a receiver (a tenant's endpoint) in a run, that receiver's later rows wait
+for the next run unsent: a dead endpoint costs one timeout per run, and no other tenant waits.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def log_intent_changed(message: OutboxMessage) -> None:
 
 
 CONSUMERS: dict[str, list[Consumer]] = {OUTBOX_TOPIC: [log_intent_changed, webhook_deliver]}
+# What a consumer's failure is about (its receiver), so the relay stops trying it for the run.
+DEFER_KEYS: dict[Consumer, Callable[[OutboxMessage], str]] = {
+    webhook_deliver: lambda message: f"tenant {message.intent.tenant_id}"}
 
 
 @dataclass
@@ -63,6 +68,10 @@ def outbox_relay(*, now: datetime, batch: int = 200) -> Relayed:
     result = Relayed()
     pks = list(OutboxMessage.objects.filter(_claimable(now)).order_by("created_at", "pk")
                .values_list("pk", flat=True)[:batch])
+    # A consumer that failed for one key (a tenant's dead endpoint) is not tried again for that
+    # key in this run: one unreachable receiver costs one timeout per run, not one per row, and
+    # its later rows keep their order behind the failed one.
+    failed_keys: set[str] = set()
     for pk in pks:
         claimed = OutboxMessage.objects.filter(_claimable(now), pk=pk).update(
             claimed_until=now + timedelta(seconds=CLAIM_SECONDS), delivery_attempts=F("delivery_attempts") + 1)
@@ -72,10 +81,18 @@ def outbox_relay(*, now: datetime, batch: int = 200) -> Relayed:
         message = OutboxMessage.objects.select_related("intent").get(pk=pk)
         errors = []
         for consumer in CONSUMERS.get(message.topic, []):
+            name = getattr(consumer, "__name__", str(consumer))
+            key_of = DEFER_KEYS.get(consumer)
+            key = f"{name}:{key_of(message)}" if key_of else ""
+            if key in failed_keys:
+                errors.append(f"{name}: deferred: it failed for {key_of(message)} earlier in this run")
+                continue
             try:
                 consumer(message)
             except Exception as exc:  # one consumer's failure neither stops the others nor other rows
-                errors.append(f"{getattr(consumer, '__name__', consumer)}: {type(exc).__name__}: {exc}")
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                if key:
+                    failed_keys.add(key)
         if errors:
             OutboxMessage.objects.filter(pk=pk).update(claimed_until=None, last_error="\n".join(errors)[:2000])
             result.failed += 1

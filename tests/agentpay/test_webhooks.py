@@ -9,6 +9,7 @@ import hmac
 import json
 import logging
 import socket
+import time
 from datetime import timedelta
 from io import StringIO
 
@@ -104,13 +105,17 @@ def test_a_500_is_retried_on_the_next_run_and_blocks_no_other_consumer(funded, r
     assert row.published_at is None and "HTTP 500" in row.last_error
     delivery = WebhookDelivery.objects.get(message=row)
     assert (delivery.delivered_at, delivery.attempts, delivery.last_status) == (None, 1, 500)
+    assert all("webhook_deliver: deferred" in later_row.last_error
+               for later_row in OutboxMessage.objects.order_by("pk")[1:])
     receiver.status = 200
     assert outbox_relay(now=later()).published == count
     delivery.refresh_from_db()
     assert delivery.delivered_at is not None and delivery.attempts == 2
     assert list(WebhookAttempt.objects.filter(delivery=delivery).order_by("pk").values_list("http_status", flat=True)
                 ) == [500, 200]
-    assert len(receiver.received) == 2 * count  # each sent twice: once refused, once taken
+    # The first row was refused and the tenant's later rows deferred unsent in that run; then each
+    # was taken once.
+    assert len(receiver.received) == count + 1
     assert outbox_relay(now=later(122)).published == 0
 
 
@@ -192,3 +197,26 @@ def test_a_host_that_turns_private_after_it_was_set_gets_nothing(funded, routes,
     attempt = WebhookAttempt.objects.order_by("pk").first()
     assert attempt.http_status is None and "non-public address 127.0.0.1" in attempt.error
     assert receiver.received == []
+
+
+def test_a_receiver_that_never_answers_costs_one_timeout_per_run(funded, routes, call, settings):
+    """A tenant endpoint that accepts the connection and never answers: the first row waits for
+    the timeout, the tenant's later rows in the same run are deferred unsent (in order, for the
+    next run), and the run ends in about one timeout instead of one per row."""
+    settings.AGENTPAY_WEBHOOK_TIMEOUT_SECONDS = 0.5
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel accepts; nobody ever reads or answers
+        tenant_webhook_configure(tenant=funded, url=f"http://127.0.0.1:{silent.getsockname()[1]}/hook")
+        call("ok", "k-a")
+        call("ok", "k-b")
+        rows = OutboxMessage.objects.filter(published_at__isnull=True).count()
+        assert rows >= 6
+        started = time.monotonic()
+        run = outbox_relay(now=trusted_now())
+        took = time.monotonic() - started
+    assert (run.published, run.failed) == (0, rows)
+    assert WebhookAttempt.objects.count() == 1 and "timed out" in WebhookAttempt.objects.get().error
+    assert took < 0.5 * 3, f"{took:.2f} s: the dead receiver was tried more than once"
+    deferred = OutboxMessage.objects.exclude(pk=WebhookAttempt.objects.get().delivery.message_id)
+    assert all("deferred" in m.last_error for m in deferred), [m.last_error for m in deferred]
