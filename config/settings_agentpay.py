@@ -33,6 +33,11 @@ AGENTPAY_WEBHOOK_SIGNING_KEY = os.environ.get("AGENTPAY_WEBHOOK_SIGNING_KEY", ""
 AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = os.environ.get("AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "") == "1"
 AGENTPAY_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTPAY_WEBHOOK_TIMEOUT_SECONDS", "5"))
 
+# --- chain (issue 18): the on-chain rail's signing keys -----------------------------------------
+# A JSON object address → private key (the submitter, pay_to for refunds), read from the env var of
+# the same name; agentpay.chain.keys parses it (a dict here is fine too: the test fixture sets one).
+AGENTPAY_CHAIN_KEYS = os.environ.get("AGENTPAY_CHAIN_KEYS", "{}")
+
 # --- settle (issue 18): on-chain settlement, fulfillment after confirmation, refunds ---
 # How long a gateway request waits for its settlement to be decided before answering 202 (the
 # agent replays the same Idempotency-Key to resume), and how often it asks the chain meanwhile.
