@@ -32,3 +32,7 @@ AGENTPAY_WEBHOOK_SIGNING_KEY = os.environ.get("AGENTPAY_WEBHOOK_SIGNING_KEY", ""
 # deployment whose tenants live on its own network (and the tests' loopback receiver) opts out.
 AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = os.environ.get("AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "") == "1"
 AGENTPAY_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTPAY_WEBHOOK_TIMEOUT_SECONDS", "5"))
+
+# --- x402 (issue 18): the on-chain rail at the gateway ---
+# How far past the challenge's expiry a signed authorization's validBefore may reach (agentpay/x402/verify.py).
+AGENTPAY_X402_VALID_BEFORE_SLACK_SECONDS = int(os.environ.get("AGENTPAY_X402_VALID_BEFORE_SLACK_SECONDS", "300"))

@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agentpay.api.auth import IsTenant, TenantApiKeyAuthentication
+from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
 from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM
 from agentpay.bridge import api_access_for, trusted_now
@@ -69,14 +70,17 @@ def _check_call(request: Request, route: PricedRoute, subpath: str) -> tuple[Jso
     if currency is not None and currency.strip().lower() != route.currency:
         return problem(422, "currency-mismatch", "The currency does not match the route's",
                        f"the route is priced in {route.currency}; you asked for {currency[:16]!r}"), "", ""
-    rail = (request.headers.get("AgentPay-Rail") or WALLET).strip().lower()
+    # No rail header: the wallet, unless the chain is the route's only rail (an x402 client sends none).
+    default = ONCHAIN if list(route.rails_allowed) == [ONCHAIN] else WALLET
+    rail = (request.headers.get("AgentPay-Rail") or default).strip().lower()
     if rail not in route.rails_allowed:
         return problem(422, "rail-not-allowed", "This route does not take that rail",
                        f"rails allowed: {', '.join(route.rails_allowed) or 'none'}; asked: {rail[:16]!r}"), "", ""
-    if rail == ONCHAIN:
+    if rail == ONCHAIN and (route.network is None or not route.network.active):
         # Never a silent fallback to the other rail: the agent chose the chain, the chain it is.
-        return problem(501, "rail-not-available", "The on-chain rail is not available yet",
-                       "pay with the wallet rail (AgentPay-Rail: wallet)"), "", ""
+        return problem(503, "rail-not-available", "The on-chain rail is not available for this route",
+                       "the route has no active chain network; pay with the wallet rail (AgentPay-Rail: wallet) "
+                       "if the route takes it"), "", ""
     content_type = request.headers.get("Content-Type", "")
     body = request.body
     if body and content_type.split(";")[0].strip().lower() in JSON_TYPES:
@@ -150,11 +154,15 @@ class RouteCallView(_AgentPayView):
                              request_id=request_id, now=now)
         intent = opened.intent
         request._request.agentpay_intent = intent
+        if not opened.created and intent.request_digest != digest:
+            return problem(422, "idempotency-key-reused", "Idempotency-Key was used for a different request",
+                           f"the key belongs to {intent.intent_id}, made with a different request",
+                           intent_id=intent.intent_id)
+        if intent.rail == ONCHAIN:
+            return onchain_call(request, intent=intent, created=opened.created,
+                                cause=Cause.request(request_id, tenant.tenant_id),
+                                access=api_access_for(tenant.subscription_ref, method=request.method))
         if not opened.created:
-            if intent.request_digest != digest:
-                return problem(422, "idempotency-key-reused", "Idempotency-Key was used for a different request",
-                               f"the key belongs to {intent.intent_id}, made with a different request",
-                               intent_id=intent.intent_id)
             resumable = intent.state not in INTENT_TERMINAL and intent.fulfillment.state == "not_started"
             if not resumable or not intent_claim_lease(intent=intent, now=now):
                 if intent.processing_until is not None and intent.processing_until > now:

@@ -18,6 +18,7 @@ from agentpay.bridge import now_is_not_ahead
 from agentpay.models import Fulfillment, IntentReceipt, LedgerAccount, PaymentIntent, PricedRoute, Settlement
 from agentpay.services.ledger import LedgerRefusal, ledger_capture, ledger_hold, ledger_release
 from agentpay.services.results import Cause, Refusal, Step
+from agentpay.services.x402_effects import X402_EFFECTS
 from agentpay.states import FULFILLMENT, INTENT, SETTLEMENT
 
 
@@ -273,4 +274,6 @@ EFFECTS: dict[tuple[str, str], Effect] = {
     (INTENT, "hold_expired"): authorization_never_held,
     (INTENT, "challenge_issued"): challenge_issued,
     (INTENT, "timeout"): challenge_timeout,
+    # x402 (issue 18): the challenge and the payer's authorization, written in the acceptance.
+    **X402_EFFECTS,
 }
