@@ -16,6 +16,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from agentpay import admin_refunds  # noqa: F401  (settle, issue 18: registers the refund queue)
 from agentpay.admin_review import (
     CREDIT_ACTION,
     LINK_CUSTOMER_ACTION,

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from agentpay.bridge import now_is_not_ahead, trusted_now
+from agentpay.chain.reconcile import onchain_reconcile
 from agentpay.models import PaymentIntent
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.effects import CRASH_RECOVERY_MARGIN_SECONDS
@@ -151,6 +152,8 @@ JOBS: dict[str, Callable[[JobSummary], None]] = {
     "agentpay_fulfillment_status_query": fulfillment_status_query,
     "agentpay_recovery_deadline": recovery_deadline,
     "agentpay_outbox_relay": outbox_relay,
+    # settle (issue 18): undecided settlement and refund transactions, on-chain deadlines.
+    "agentpay_onchain_reconcile": onchain_reconcile,
 }
 
 

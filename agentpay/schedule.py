@@ -9,6 +9,7 @@ JOB_CADENCE: dict[str, int] = {
     "agentpay_fulfillment_status_query": 30,
     "agentpay_recovery_deadline": 60,  # also gives every needs-review intent an owner
     "agentpay_outbox_relay": 5,  # publishes committed outbox rows (agentpay.services.outbox)
+    "agentpay_onchain_reconcile": 5,  # settle (issue 18): due chain queries back off 1 s … 60 s each
 }
 
 

@@ -41,3 +41,17 @@ AGENTPAY_X402_VALID_BEFORE_SLACK_SECONDS = int(os.environ.get("AGENTPAY_X402_VAL
 # A JSON object address → private key (the submitter, pay_to for refunds), read from the env var of
 # the same name; agentpay.chain.keys parses it (a dict here is fine too: the test fixture sets one).
 AGENTPAY_CHAIN_KEYS = os.environ.get("AGENTPAY_CHAIN_KEYS", "{}")
+
+# --- settle (issue 18): on-chain settlement, fulfillment after confirmation, refunds ---
+# How long a gateway request waits for its settlement to be decided before answering 202 (the
+# agent replays the same Idempotency-Key to resume), and how often it asks the chain meanwhile.
+AGENTPAY_ONCHAIN_WAIT_SECONDS = float(os.environ.get("AGENTPAY_ONCHAIN_WAIT_SECONDS", "10"))
+AGENTPAY_ONCHAIN_POLL_SECONDS = float(os.environ.get("AGENTPAY_ONCHAIN_POLL_SECONDS", "0.25"))
+# Gas for our own transactions (transferWithAuthorization, a refund's transfer): fixed, so signing
+# needs no estimate from the node (an estimate of a failing call would refuse to sign at all).
+AGENTPAY_CHAIN_GAS_LIMIT = int(os.environ.get("AGENTPAY_CHAIN_GAS_LIMIT", "200000"))
+# The reconcile job asks about an undecided transaction again after 1, 2, 4 … seconds, at most this.
+AGENTPAY_CHAIN_REQUERY_MAX_SECONDS = int(os.environ.get("AGENTPAY_CHAIN_REQUERY_MAX_SECONDS", "60"))
+# How many undecided transactions one reconcile run takes, and how many it asks about at once.
+AGENTPAY_CHAIN_RECONCILE_BATCH = int(os.environ.get("AGENTPAY_CHAIN_RECONCILE_BATCH", "2000"))
+AGENTPAY_CHAIN_RECONCILE_THREADS = int(os.environ.get("AGENTPAY_CHAIN_RECONCILE_THREADS", "8"))

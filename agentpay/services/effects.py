@@ -15,11 +15,25 @@ from typing import Any
 from django.conf import settings
 
 from agentpay.bridge import now_is_not_ahead
-from agentpay.models import Fulfillment, IntentReceipt, LedgerAccount, PaymentIntent, PricedRoute, Settlement
+from agentpay.models import (
+    Fulfillment,
+    IntentReceipt,
+    LedgerAccount,
+    PaymentIntent,
+    PricedRoute,
+    RefundObligation,
+    Settlement,
+)
 from agentpay.services.ledger import LedgerRefusal, ledger_capture, ledger_hold, ledger_release
+from agentpay.services.onchain_effects import (
+    ONCHAIN_EFFECTS,
+    onchain_fulfillment_answer,
+    onchain_status_query_failed,
+    refund_record,
+)
 from agentpay.services.results import Cause, Refusal, Step
 from agentpay.services.x402_effects import X402_EFFECTS
-from agentpay.states import FULFILLMENT, INTENT, SETTLEMENT
+from agentpay.states import FULFILLMENT, INTENT, ONCHAIN, SETTLEMENT
 
 
 @dataclass
@@ -220,7 +234,12 @@ def status_query_evidence(ctx: EffectContext, step: Step) -> None:
 
 
 def manual_resolved_failed(ctx: EffectContext, step: Step) -> None:
-    if ctx.settlement.state == "confirmed" and step.data.get("refund_obligation") != "recorded":
+    if ctx.settlement.state != "confirmed":
+        return
+    if ctx.intent.rail == ONCHAIN:
+        # Paid on chain, not delivered: closing the intent records what we owe (C08, C09).
+        refund_record(ctx, step)
+    elif step.data.get("refund_obligation") != "recorded":
         raise Refusal("REFUND_NOT_RECORDED", "a paid, undelivered call closes once its refund is recorded", step)
 
 
@@ -240,6 +259,11 @@ def fulfillment_deadline_passed(ctx: EffectContext, step: Step) -> None:
 
 def intent_needs_review(ctx: EffectContext, step: Step) -> None:
     deadline_passed(ctx, step)
+    if (ctx.intent.rail == ONCHAIN and ctx.settlement.state == "confirmed" and ctx.fulfillment.state == "failed"
+            and not RefundObligation.objects.filter(intent=ctx.intent).exists()):
+        # C08: what keeps a paid, undelivered call unresolved is its refund obligation.
+        raise Refusal("NO_REFUND_OBLIGATION", "a refund-required intent goes to review with its refund obligation",
+                      step)
     ctx.intent_fields["needs_review_at"] = ctx.now
 
 
@@ -263,11 +287,11 @@ EFFECTS: dict[tuple[str, str], Effect] = {
     (SETTLEMENT, "hold_expired"): hold_expired,
     (FULFILLMENT, "dispatch"): dispatch,
     (FULFILLMENT, "upstream_2xx"): upstream_answer,
-    (FULFILLMENT, "upstream_4xx"): upstream_answer,
+    (FULFILLMENT, "upstream_4xx"): onchain_fulfillment_answer(upstream_answer),
     (FULFILLMENT, "upstream_5xx"): upstream_answer,
     (FULFILLMENT, "upstream_timeout"): upstream_answer,
     (FULFILLMENT, "upstream_status_query_ok"): status_query_evidence,
-    (FULFILLMENT, "upstream_status_query_failed"): status_query_evidence,
+    (FULFILLMENT, "upstream_status_query_failed"): onchain_status_query_failed(status_query_evidence),
     (FULFILLMENT, "recovery_deadline_exceeded"): fulfillment_deadline_passed,
     (INTENT, "manual_resolved_failed"): manual_resolved_failed,
     (INTENT, "recovery_deadline_exceeded"): intent_needs_review,
@@ -276,4 +300,6 @@ EFFECTS: dict[tuple[str, str], Effect] = {
     (INTENT, "timeout"): challenge_timeout,
     # x402 (issue 18): the challenge and the payer's authorization, written in the acceptance.
     **X402_EFFECTS,
+    # settle (issue 18): the on-chain settlement line and the refund it may leave owed.
+    **ONCHAIN_EFFECTS,
 }

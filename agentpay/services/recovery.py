@@ -20,6 +20,7 @@ from agentpay.bridge import trusted_now
 from agentpay.models import Fulfillment, FulfillmentStatusQuery, IntentReceipt, PaymentIntent, StatusQueryAnswer
 from agentpay.services.acceptance import REVIEW_PERMISSION, intent_accept
 from agentpay.services.results import Cause, Outcome, Refusal, Step
+from agentpay.states import ONCHAIN
 from agentpay.upstream import StatusAnswer, upstream_status_query
 
 
@@ -30,6 +31,15 @@ def _query_steps(answer: StatusAnswer, intent: PaymentIntent, query_id: int | No
         evidence["query_id"] = query_id  # the FulfillmentStatusQuery row this step cites
     # Evidence applies in needs_review too (C04); only the intent waits for a person.
     close = intent.state == "authorized"
+    if intent.rail == ONCHAIN:
+        # Paid on chain already: nothing to capture or release. Not delivered leaves a refund
+        # obligation (the effect writes it) and the intent authorized (C08).
+        if answer.answer == "succeeded":
+            return [Step("fulfillment", "upstream_status_query_ok", evidence),
+                    *([Step("intent", "settlement_confirmed")] if close else [])]
+        if answer.answer == "failed" or (answer.answer == "not_found" and answer.fenced):
+            return [Step("fulfillment", "upstream_status_query_failed", evidence)]
+        return []
     if answer.answer == "succeeded":
         return [Step("fulfillment", "upstream_status_query_ok", evidence), Step("settlement", "capture"),
                 *([Step("intent", "settlement_confirmed")] if close else [])]
