@@ -54,6 +54,10 @@ def onchain_call(request: Request, *, intent: PaymentIntent, created: bool, caus
     signature = request.headers.get(PAYMENT_SIGNATURE)
     resource = request.build_absolute_uri()
     if not created:
+        if intent.state not in ("created", "challenged") and signature is not None \
+                and not authorize.onchain_same_payment(intent, signature) \
+                and ChainAuthorization.objects.filter(intent=intent).exists():
+            return _another_payment(intent)
         if intent.state not in ("created", "challenged", "authorized"):
             return _render(intent, None)
         if not intent_claim_lease(intent=intent, now=trusted_now()):
@@ -77,13 +81,17 @@ def _serve(request: Request, intent: PaymentIntent, signature: str | None, resou
         if presented.status != authorize.AUTHORIZED:
             return _not_authorized(intent, presented)
     elif signature is not None and not authorize.onchain_same_payment(intent, signature):
-        return problem(422, "idempotency-key-reused", "This Idempotency-Key already carries a payment",
-                       f"{intent.intent_id} is paid by the authorization presented first; a different "
-                       f"PAYMENT-SIGNATURE is never taken for it (replay the first one, or none)",
-                       intent_id=intent.intent_id)
+        return _another_payment(intent)
     driven = intent_drive_onchain(intent=intent, cause=cause, access=access,
                                   request_id=cause.request_id)
     return _render(PaymentIntent.objects.select_related("route", "fulfillment").get(pk=intent.pk), driven)
+
+
+def _another_payment(intent: PaymentIntent) -> JsonResponse:
+    return problem(422, "idempotency-key-reused", "This Idempotency-Key already carries a payment",
+                   f"{intent.intent_id} is paid by the authorization presented first; a different "
+                   f"PAYMENT-SIGNATURE is never taken for it (replay the first one, or none)",
+                   intent_id=intent.intent_id)
 
 
 def _challenge(intent: PaymentIntent, cause: Cause, access: ApiAccess, resource: str) -> HttpResponse:
