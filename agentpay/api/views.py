@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from agentpay.api.auth import IsTenant, TenantApiKeyAuthentication
 from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
-from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM
+from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM, SETTLEMENT_IN_PROGRESS
 from agentpay.bridge import api_access_for, trusted_now
 from agentpay.models import PaymentIntent, PricedRoute
 from agentpay.selectors import intent_composite_view
@@ -96,23 +96,30 @@ class RouteCallView(_AgentPayView):
 
     @extend_schema(
         operation_id="agentpay_route_call",
-        summary="Call a priced upstream route (pay per call from the tenant's wallet)",
+        summary="Call a priced upstream route (pay per call from the tenant's wallet, or on chain by x402)",
         description=(
             "Forwards the call to the route's upstream with `Idempotency-Key: ful_…` after a hold on the wallet. "
             "2xx: captured, upstream answer relayed. 4xx: released (unbilled), relayed. 5xx / timeout: 502 / 504 "
-            "problem, outcome unknown, hold kept. A replay of the same key answers the intent's composite view."),
+            "problem, outcome unknown, hold kept. A replay of the same key answers the intent's composite view. "
+            "On-chain (x402 v2): 402 + PAYMENT-REQUIRED, then the same key with PAYMENT-SIGNATURE settles first "
+            "and calls the upstream after confirmation; PAYMENT-RESPONSE on the answer; 202 while the settlement "
+            "is undecided (never 402 once authorized)."),
         parameters=[
             OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
                              description="Tenant-unique, at most 255 visible ASCII characters."),
             OpenApiParameter("AgentPay-Amount", int, OpenApiParameter.HEADER,
                              description="The price the agent expects (minor units); must equal the route's."),
             OpenApiParameter("AgentPay-Currency", str, OpenApiParameter.HEADER),
-            OpenApiParameter("AgentPay-Rail", str, OpenApiParameter.HEADER, enum=["wallet", "onchain"]),
+            OpenApiParameter("AgentPay-Rail", str, OpenApiParameter.HEADER, enum=["wallet", "onchain"],
+                             description="Default: wallet, or onchain on a route whose only rail is onchain."),
+            OpenApiParameter("PAYMENT-SIGNATURE", str, OpenApiParameter.HEADER,
+                             description="On-chain (x402 v2): base64 JSON PaymentPayload answering the 402's "
+                                         "PAYMENT-REQUIRED (EIP-3009 transferWithAuthorization, scheme exact)."),
         ],
         request={"application/json": {"type": "object"}, "application/octet-stream": {"type": "string"}},
         responses={200: OpenApiResponse(COMPOSITE_VIEW, description="The upstream's 2xx answer, or a replay's "
                                                                     "composite view"),
-                   **GATEWAY_ERRORS},
+                   202: SETTLEMENT_IN_PROGRESS, **GATEWAY_ERRORS},
     )
     def post(self, request: Request, route: str, subpath: str = "") -> HttpResponse:
         return self._call(request, route, subpath)

@@ -206,3 +206,10 @@ def test_a_payment_after_the_ttl_expires_the_challenge_instead(call, tenant, cha
     assert answer.status_code == 402 and answer.json()["type"].endswith("/challenge-expired")
     assert _intent("k-stale").state == "expired" and nonce_state.calls == 0
     assert not ChainAuthorization.objects.exists()
+
+
+def test_the_published_schema_names_the_x402_header_and_the_202(client):
+    schema = client.get("/agentpay/v1/schema/", HTTP_ACCEPT="application/json").json()
+    call_op = schema["paths"]["/agentpay/v1/routes/{route}/{subpath}"]["post"]
+    assert "PAYMENT-SIGNATURE" in {p["name"] for p in call_op["parameters"]}
+    assert {"202", "402", "503"} <= set(call_op["responses"]) and "501" not in call_op["responses"]
