@@ -33,6 +33,10 @@ AGENTPAY_WEBHOOK_SIGNING_KEY = os.environ.get("AGENTPAY_WEBHOOK_SIGNING_KEY", ""
 AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = os.environ.get("AGENTPAY_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "") == "1"
 AGENTPAY_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTPAY_WEBHOOK_TIMEOUT_SECONDS", "5"))
 
+# --- x402 (issue 18): the on-chain rail at the gateway ---
+# How far past the challenge's expiry a signed authorization's validBefore may reach (agentpay/x402/verify.py).
+AGENTPAY_X402_VALID_BEFORE_SLACK_SECONDS = int(os.environ.get("AGENTPAY_X402_VALID_BEFORE_SLACK_SECONDS", "300"))
+
 # --- chain (issue 18): the on-chain rail's signing keys -----------------------------------------
 # A JSON object address → private key (the submitter, pay_to for refunds), read from the env var of
 # the same name; agentpay.chain.keys parses it (a dict here is fine too: the test fixture sets one).

@@ -23,7 +23,7 @@ from agentpay.models import GatewayRequest
 
 PREFIX = "/agentpay/"
 KEPT_HEADERS = ("content-type", "content-length", "idempotency-key", "user-agent", "agentpay-amount",
-                "agentpay-currency", "agentpay-rail")
+                "agentpay-currency", "agentpay-rail", "payment-signature")
 log = logging.getLogger("agentpay.gateway")
 
 

@@ -67,19 +67,30 @@ class CompositeViewSerializer(serializers.Serializer):
 
 COMPOSITE_VIEW = CompositeViewSerializer
 PROBLEM = OpenApiResponse(ProblemSerializer, description="Problem document")
+# x402 (issue 18): an on-chain settlement not decided when the answer is due. Never a 402.
+SETTLEMENT_IN_PROGRESS = OpenApiResponse(
+    CompositeViewSerializer, description="On-chain: the settlement is submitted, pending or unknown; PAYMENT-RESPONSE "
+                                         "(success false, errorReason settlement_pending, the transaction hash) and "
+                                         "Location; replay the same Idempotency-Key, never sign a new payment")
 GATEWAY_ERRORS = {
     code: OpenApiResponse(ProblemSerializer, description=text) for code, text in {
-        400: "Bad input: missing/oversize/invalid Idempotency-Key, malformed JSON, invalid amount",
+        400: "Bad input: missing/oversize/invalid Idempotency-Key, malformed JSON, invalid amount; an unreadable "
+             "PAYMENT-SIGNATURE (too large, not base64: the challenge stays open and is sent again)",
         401: "No or invalid API key",
-        402: "Insufficient balance, or no wallet (never a fallback to the chain)",
+        402: "Wallet: insufficient balance, or no wallet (never a fallback to the chain). On-chain (x402 v2): "
+             "payment-required with PAYMENT-REQUIRED (base64 JSON: x402Version 2, resource, accepts[] exact), "
+             "payment-invalid with its `reason` (the key is closed), challenge-expired, authorization-expired, "
+             "settlement-failed with PAYMENT-RESPONSE errorReason",
         403: "Policy denied (tenant frozen, or its subscription allows no API calls), or the wallet is frozen",
         404: "Unknown route",
         405: "Method not allowed for this route",
         409: "Same Idempotency-Key in flight",
         413: "Body too large",
-        422: "Same Idempotency-Key with a different request; amount, currency or rail mismatch",
-        501: "Rail not available yet",
-        502: "Upstream 5xx: outcome unknown, hold kept",
+        422: "Same Idempotency-Key with a different request, or a different PAYMENT-SIGNATURE on a paid key; "
+             "amount, currency or rail mismatch",
+        503: "On-chain: the route has no active chain network, or the token's nonce state could not be read "
+             "(nothing decided; retry the same key)",
+        502: "Upstream 5xx: outcome unknown, hold kept (on-chain: paid, PAYMENT-RESPONSE carries the transaction)",
         504: "Upstream timeout or dropped connection: outcome unknown, hold kept",
     }.items()
 }

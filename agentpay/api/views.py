@@ -16,8 +16,9 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agentpay.api.auth import IsTenant, TenantApiKeyAuthentication
+from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
-from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM
+from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM, SETTLEMENT_IN_PROGRESS
 from agentpay.bridge import api_access_for, trusted_now
 from agentpay.models import PaymentIntent, PricedRoute
 from agentpay.selectors import intent_composite_view
@@ -69,14 +70,17 @@ def _check_call(request: Request, route: PricedRoute, subpath: str) -> tuple[Jso
     if currency is not None and currency.strip().lower() != route.currency:
         return problem(422, "currency-mismatch", "The currency does not match the route's",
                        f"the route is priced in {route.currency}; you asked for {currency[:16]!r}"), "", ""
-    rail = (request.headers.get("AgentPay-Rail") or WALLET).strip().lower()
+    # No rail header: the wallet, unless the chain is the route's only rail (an x402 client sends none).
+    default = ONCHAIN if list(route.rails_allowed) == [ONCHAIN] else WALLET
+    rail = (request.headers.get("AgentPay-Rail") or default).strip().lower()
     if rail not in route.rails_allowed:
         return problem(422, "rail-not-allowed", "This route does not take that rail",
                        f"rails allowed: {', '.join(route.rails_allowed) or 'none'}; asked: {rail[:16]!r}"), "", ""
-    if rail == ONCHAIN:
+    if rail == ONCHAIN and (route.network is None or not route.network.active):
         # Never a silent fallback to the other rail: the agent chose the chain, the chain it is.
-        return problem(501, "rail-not-available", "The on-chain rail is not available yet",
-                       "pay with the wallet rail (AgentPay-Rail: wallet)"), "", ""
+        return problem(503, "rail-not-available", "The on-chain rail is not available for this route",
+                       "the route has no active chain network; pay with the wallet rail (AgentPay-Rail: wallet) "
+                       "if the route takes it"), "", ""
     content_type = request.headers.get("Content-Type", "")
     body = request.body
     if body and content_type.split(";")[0].strip().lower() in JSON_TYPES:
@@ -92,23 +96,30 @@ class RouteCallView(_AgentPayView):
 
     @extend_schema(
         operation_id="agentpay_route_call",
-        summary="Call a priced upstream route (pay per call from the tenant's wallet)",
+        summary="Call a priced upstream route (pay per call from the tenant's wallet, or on chain by x402)",
         description=(
             "Forwards the call to the route's upstream with `Idempotency-Key: ful_…` after a hold on the wallet. "
             "2xx: captured, upstream answer relayed. 4xx: released (unbilled), relayed. 5xx / timeout: 502 / 504 "
-            "problem, outcome unknown, hold kept. A replay of the same key answers the intent's composite view."),
+            "problem, outcome unknown, hold kept. A replay of the same key answers the intent's composite view. "
+            "On-chain (x402 v2): 402 + PAYMENT-REQUIRED, then the same key with PAYMENT-SIGNATURE settles first "
+            "and calls the upstream after confirmation; PAYMENT-RESPONSE on the answer; 202 while the settlement "
+            "is undecided (never 402 once authorized)."),
         parameters=[
             OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
                              description="Tenant-unique, at most 255 visible ASCII characters."),
             OpenApiParameter("AgentPay-Amount", int, OpenApiParameter.HEADER,
                              description="The price the agent expects (minor units); must equal the route's."),
             OpenApiParameter("AgentPay-Currency", str, OpenApiParameter.HEADER),
-            OpenApiParameter("AgentPay-Rail", str, OpenApiParameter.HEADER, enum=["wallet", "onchain"]),
+            OpenApiParameter("AgentPay-Rail", str, OpenApiParameter.HEADER, enum=["wallet", "onchain"],
+                             description="Default: wallet, or onchain on a route whose only rail is onchain."),
+            OpenApiParameter("PAYMENT-SIGNATURE", str, OpenApiParameter.HEADER,
+                             description="On-chain (x402 v2): base64 JSON PaymentPayload answering the 402's "
+                                         "PAYMENT-REQUIRED (EIP-3009 transferWithAuthorization, scheme exact)."),
         ],
         request={"application/json": {"type": "object"}, "application/octet-stream": {"type": "string"}},
         responses={200: OpenApiResponse(COMPOSITE_VIEW, description="The upstream's 2xx answer, or a replay's "
                                                                     "composite view"),
-                   **GATEWAY_ERRORS},
+                   202: SETTLEMENT_IN_PROGRESS, **GATEWAY_ERRORS},
     )
     def post(self, request: Request, route: str, subpath: str = "") -> HttpResponse:
         return self._call(request, route, subpath)
@@ -150,11 +161,15 @@ class RouteCallView(_AgentPayView):
                              request_id=request_id, now=now)
         intent = opened.intent
         request._request.agentpay_intent = intent
+        if not opened.created and intent.request_digest != digest:
+            return problem(422, "idempotency-key-reused", "Idempotency-Key was used for a different request",
+                           f"the key belongs to {intent.intent_id}, made with a different request",
+                           intent_id=intent.intent_id)
+        if intent.rail == ONCHAIN:
+            return onchain_call(request, intent=intent, created=opened.created,
+                                cause=Cause.request(request_id, tenant.tenant_id),
+                                access=api_access_for(tenant.subscription_ref, method=request.method))
         if not opened.created:
-            if intent.request_digest != digest:
-                return problem(422, "idempotency-key-reused", "Idempotency-Key was used for a different request",
-                               f"the key belongs to {intent.intent_id}, made with a different request",
-                               intent_id=intent.intent_id)
             resumable = intent.state not in INTENT_TERMINAL and intent.fulfillment.state == "not_started"
             if not resumable or not intent_claim_lease(intent=intent, now=now):
                 if intent.processing_until is not None and intent.processing_until > now:

@@ -32,6 +32,7 @@ from agentpay.services.onchain_effects import (
     refund_record,
 )
 from agentpay.services.results import Cause, Refusal, Step
+from agentpay.services.x402_effects import X402_EFFECTS
 from agentpay.states import FULFILLMENT, INTENT, ONCHAIN, SETTLEMENT
 
 
@@ -297,6 +298,8 @@ EFFECTS: dict[tuple[str, str], Effect] = {
     (INTENT, "hold_expired"): authorization_never_held,
     (INTENT, "challenge_issued"): challenge_issued,
     (INTENT, "timeout"): challenge_timeout,
+    # x402 (issue 18): the challenge and the payer's authorization, written in the acceptance.
+    **X402_EFFECTS,
     # settle (issue 18): the on-chain settlement line and the refund it may leave owed.
     **ONCHAIN_EFFECTS,
 }
