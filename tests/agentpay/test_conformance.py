@@ -8,13 +8,13 @@
   loopback upstream): the answer, its problem type and headers, and the events the request took.
 - Coverage both ways: every coded transition has a vector, and every (state, event) pair not
   listed is refused by the service, in every reachable wallet configuration.
-- On-chain vectors run in issue 18; here they are loaded, checked and counted.
+- On-chain vectors: here checked against the tables; through the service in
+  test_conformance_onchain.py.
 """
 
 from __future__ import annotations
 
 import socket
-import warnings
 
 import jsonschema
 import pytest
@@ -115,7 +115,8 @@ def test_every_coded_transition_has_a_vector():
     assert {r for r, (_, rails) in ROWS.items() if "wallet" in rails} - wallet_covered == set()
 
 
-def test_the_onchain_vectors_are_well_formed_and_wait_for_issue_18():
+def test_the_onchain_vectors_are_well_formed():
+    """They run through the service in test_conformance_onchain.py; here, against the tables."""
     vectors = cw.ONCHAIN_VECTORS
     assert len(vectors) > 0
     lines_ok = set(cw.LINE) | {"gateway"}
@@ -128,8 +129,6 @@ def test_the_onchain_vectors_are_well_formed_and_wait_for_issue_18():
             if e["line"] in cw.LINE:
                 assert e["event"] in events_of(cw.LINE[e["line"]]), (v["id"], e["event"])
         _replayed(v)  # every accepted event is a row of the tables from the state it meets
-    warnings.warn(f"{len(vectors)} on-chain conformance vectors are loaded and well-formed but not run: "
-                  f"the on-chain rail is issue 18", UserWarning, stacklevel=1)
 
 
 # ---------------------------------------------------------------- vectors through the service
