@@ -147,8 +147,10 @@ def send_tx(url: str, account: TestAccount, *, to: str | None, data: str = "0x",
     """Sign and broadcast a plain transaction from a test account (fixture set-up, not the product)."""
     nonce = int(rpc_call(url, "eth_getTransactionCount", [account.checksum, "pending"]), 16)
     gas_price = int(rpc_call(url, "eth_gasPrice"), 16)
-    tx = {"nonce": nonce, "gas": gas, "gasPrice": gas_price * 2, "value": value, "data": data,
-          "chainId": int(rpc_call(url, "eth_chainId"), 16)}
+    # Type 2 (EIP-1559): eth-tester cannot mine a pending legacy EIP-155 transaction once
+    # automine is off (it re-validates v as a uint8), so the fallback needs typed transactions.
+    tx = {"nonce": nonce, "gas": gas, "maxFeePerGas": gas_price * 2, "maxPriorityFeePerGas": 10**9,
+          "value": value, "data": data, "chainId": int(rpc_call(url, "eth_chainId"), 16)}
     if to is not None:
         tx["to"] = Account.from_key(account.key).address if to == account.address else to_checksum_address(to)
     signed = Account.sign_transaction(tx, account.key)
@@ -464,6 +466,10 @@ def _restore(node: ChainNode, snapshot_id: str) -> None:
             rpc_call(url, "evm_setIntervalMining", [0])
             rpc_call(url, "anvil_dropAllTransactions")
         rpc_call(url, "evm_setAutomine", [True])
+        if node.kind != "anvil":
+            # eth-tester keeps its pending block across a revert: mine it into the block the
+            # revert then removes.
+            rpc_call(url, "evm_mine")
     if not rpc_call(url, "evm_revert", [snapshot_id]):
         raise RpcError(f"could not revert the chain to snapshot {snapshot_id}")
 
