@@ -154,16 +154,6 @@ def _canonical(network: ChainNetwork, number: int, block_hash: Any) -> bool:
     return lower(rpc.block_hash(network, number) or "") == lower(block_hash)
 
 
-def chain_time(network: ChainNetwork) -> int:
-    """The latest block's timestamp: what the token compares validBefore with."""
-    try:
-        return int(rpc.rpc_for(network).eth.get_block("latest")["timestamp"])
-    except (rpc.ChainTimeout, rpc.ChainRejected):
-        raise
-    except Exception as exc:  # transport errors of web3 itself: the outcome of the read is unknown
-        raise rpc.ChainTimeout(f"reading the latest block: {exc}") from exc
-
-
 def chain_tx_evidence(tx: ChainTransaction, authorization: ChainAuthorization | None = None) -> Evidence:
     """One round of evidence (receipt by hash, the node's mempool, and for a settlement the
     token's authorizationState and AuthorizationUsed). Never raises for a chain fault."""
@@ -195,7 +185,7 @@ def chain_tx_evidence(tx: ChainTransaction, authorization: ChainAuthorization | 
         if rpc.get_transaction(network, tx.tx_hash) is not None:
             return Evidence("seen", reorged + "known to the node, not mined yet")
         if authorization is not None:
-            now_on_chain = chain_time(network)
+            now_on_chain = rpc.chain_time(network)
             if now_on_chain >= int(authorization.valid_before):
                 return Evidence("failed", reorged + f"unknown to the node, authorization unused and expired "
                                                     f"(chain time {now_on_chain} ≥ validBefore "

@@ -4,19 +4,15 @@ brought to `authorized` with a real EIP-3009 authorization signed by a payer wit
 
 The authorization row is written here, beside the real acceptances (`challenge_issued`,
 `payload_verified`): the gateway's verification (x402's part) writes it in its own acceptance;
-these tests start after it, at the settlement.
+these tests start after it, at the settlement. The payer signs with the chain fixture's
+`sign_authorization` (eth_account, EIP-712 over the token's domain).
 """
 
 from __future__ import annotations
 
-import secrets
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
-
-from eth_account import Account
-from web3 import Web3
 
 from agentpay.bridge import trusted_now
 from agentpay.models import ChainAuthorization, ChainNetwork, IntentReceipt, PaymentIntent, PricedRoute, Tenant
@@ -24,11 +20,6 @@ from agentpay.services.acceptance import intent_accept
 from agentpay.services.intents import intent_open, request_digest
 from agentpay.services.results import Cause, Step
 from agentpay.services.tenants import tenant_create
-
-TYPES = {"TransferWithAuthorization": [
-    {"name": "from", "type": "address"}, {"name": "to", "type": "address"}, {"name": "value", "type": "uint256"},
-    {"name": "validAfter", "type": "uint256"}, {"name": "validBefore", "type": "uint256"},
-    {"name": "nonce", "type": "bytes32"}]}
 
 
 @dataclass
@@ -58,23 +49,6 @@ def world(chain: Any, upstream: Any, *, path: str = "/ok", rpc_url: str | None =
     return World(chain, net, tenant, route)
 
 
-def sign_authorization(w: World, payer: Any, *, value: int | None = None, valid_after: int = 0,
-                       valid_before: int | None = None, nonce: str | None = None) -> dict[str, Any]:
-    message = {"from": payer.address, "to": w.network.pay_to, "value": w.amount if value is None else value,
-               "validAfter": valid_after, "validBefore": valid_before or int(time.time()) + 3600,
-               "nonce": nonce or "0x" + secrets.token_hex(32)}
-    domain = {"name": w.network.token_name, "version": w.network.token_version, "chainId": w.network.chain_id,
-              "verifyingContract": w.network.token_address}
-    typed = {**message, "to": _checksum(message["to"]), "from": _checksum(message["from"]),
-             "nonce": bytes.fromhex(message["nonce"][2:])}
-    signed = Account.sign_typed_data(payer.key, domain, TYPES, typed)
-    return {**message, "signature": "0x" + bytes(signed.signature).hex()}
-
-
-def _checksum(address: str) -> str:
-    return Web3.to_checksum_address(address)
-
-
 def authorized_intent(w: World, payer: Any, *, key: str | None = None, **auth: Any) -> PaymentIntent:
     """An on-chain intent, challenged and authorized through the acceptance service, with the
     payer's signed authorization stored as the gateway's verification stores it."""
@@ -88,7 +62,7 @@ def authorized_intent(w: World, payer: Any, *, key: str | None = None, **auth: A
     cause = Cause.request(request_id, w.tenant.tenant_id)
     assert intent_accept(intent_id=intent.intent_id, steps=[Step("intent", "challenge_issued")], cause=cause,
                          now=now).accepted
-    signed = sign_authorization(w, payer, **auth)
+    signed = w.chain.sign_authorization(payer, value=auth.pop("value", w.amount), **auth)
     ChainAuthorization.objects.create(
         intent=intent, network=w.network, token_address=w.network.token_address, payer=signed["from"].lower(),
         pay_to=signed["to"].lower(), value=signed["value"], valid_after=signed["validAfter"],
