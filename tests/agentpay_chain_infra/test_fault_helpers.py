@@ -9,7 +9,7 @@ import requests
 from eth_account import Account
 
 from agentpay.chain import rpc, token
-from tests.support.chain import ChainNode, fund_and_deploy, rpc_call
+from tests.support.chain_node import ChainNode, fund_and_deploy, rpc_call
 from tests.support.eth_tester_rpc import EthTesterRpcServer
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from agentpay.chain import token
 from tests.support import chain as chain_support
+from tests.support import chain_node as chain_node_support
 
 
 def test_token_deployed_with_usdc_domain_and_minted_payers(chain):
@@ -37,13 +38,13 @@ def test_an_anvil_that_will_not_start_falls_back_loudly(monkeypatch, tmp_path, c
     broken.chmod(0o755)
     monkeypatch.delenv("AGENTPAY_CHAIN_UNAVAILABLE", raising=False)
     monkeypatch.setenv("AGENTPAY_ANVIL_BIN", str(broken))
-    monkeypatch.setattr(chain_support, "FALLBACK_REASONS", [])
+    monkeypatch.setattr(chain_node_support, "FALLBACK_REASONS", [])
     node = chain_support.start_node()
     try:
         assert node.kind == "eth-tester"
         assert "would not start" in node.why_not_anvil and "exited with 3" in node.why_not_anvil
         assert "FALLING BACK to eth-tester" in capsys.readouterr().err
-        assert [node.why_not_anvil] == chain_support.FALLBACK_REASONS
+        assert [node.why_not_anvil] == chain_node_support.FALLBACK_REASONS
         assert node.token_address and int(chain_support.rpc_call(node.rpc_url, "eth_chainId"), 16) == 31337
     finally:
         node.stop()
