@@ -5,10 +5,14 @@ artifact and the payers minted."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import ctypes
 import fcntl
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -154,6 +158,16 @@ def wait_receipt(url: str, tx_hash: str, *, timeout: float = 10) -> dict:
 
 # ---- the node ---------------------------------------------------------------------------------
 
+def _stop_process(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
 @dataclass
 class ChainNode:
     """One running node: anvil (a subprocess) or the eth-tester fallback (a thread)."""
@@ -168,15 +182,18 @@ class ChainNode:
     base_snapshot: str = ""
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        if self.process is not None:
+            _stop_process(self.process)
         if self.fallback is not None:
             self.fallback.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: if the pytest worker is killed outright (no teardown runs), the
+    kernel sends anvil SIGTERM too, so no node outlives its test run (Linux; elsewhere the
+    fixture's finally and atexit stop it)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def start_anvil(anvil: str) -> ChainNode:
@@ -187,7 +204,9 @@ def start_anvil(anvil: str) -> ChainNode:
     process = subprocess.Popen(
         [anvil, "--host", "127.0.0.1", "--port", str(port), "--chain-id", str(CHAIN_ID), "--accounts", "1",
          "--balance", "1", "--gas-price", "1000000000", "--no-request-size-limit"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)  # noqa: PLW1509
+    atexit.register(_stop_process, process)
     node = ChainNode(kind="anvil", rpc_url=f"http://127.0.0.1:{port}", process=process, log_path=log.name)
     deadline = time.monotonic() + 20
     while True:
