@@ -29,6 +29,7 @@ from rest_framework.request import Request
 
 from agentpay.api.problems import problem
 from agentpay.bridge import ApiAccess, trusted_now
+from agentpay.composite import display_status
 from agentpay.models import ChainAuthorization, ChainTransaction, PaymentChallenge, PaymentIntent
 from agentpay.selectors import intent_composite_view
 from agentpay.services import onchain_authorize as authorize
@@ -99,6 +100,9 @@ def _challenge(intent: PaymentIntent, cause: Cause, access: ApiAccess, resource:
         outcome = authorize.onchain_challenge(intent=intent, cause=cause, access=access, resource=resource)
         if not outcome.accepted:
             return _refused(intent, outcome.refusal_code, outcome.detail)
+        if outcome.lines.intent == "challenged":  # the hot path: the 402 from the row just written
+            challenge = PaymentChallenge.objects.select_related("network").get(intent_id=intent.pk)
+            return _payment_required(intent.intent_id, challenge, display_status(outcome.lines))
     elif authorize.onchain_expire_challenge(intent=intent, cause=cause) is not None:
         intent.refresh_from_db(fields=["state"])
     return _render(PaymentIntent.objects.select_related("route", "fulfillment").get(pk=intent.pk), None)
@@ -142,6 +146,17 @@ def _challenge_header(intent: PaymentIntent) -> dict[str, str]:
     return {PAYMENT_REQUIRED: encode_payment_required_document(challenge.requirement)} if challenge else {}
 
 
+def _payment_required(intent_id: str, challenge: PaymentChallenge, status: str) -> JsonResponse:
+    return problem(402, "payment-required", "Payment required",
+                   f"pay {challenge.amount} atomic units of {challenge.asset} to {challenge.pay_to} on "
+                   f"{challenge.network.caip2}: sign the PAYMENT-REQUIRED terms (EIP-3009) and send them as "
+                   f"PAYMENT-SIGNATURE with the same Idempotency-Key before {challenge.expires_at.isoformat()}",
+                   intent_id=intent_id, display_status=status,
+                   headers={"AgentPay-Intent": intent_id, "AgentPay-Display-Status": status,
+                            "Access-Control-Expose-Headers": EXPOSED,
+                            PAYMENT_REQUIRED: encode_payment_required_document(challenge.requirement)})
+
+
 def _payment_response(intent: PaymentIntent, *, success: bool, error_reason: str | None = None) -> dict[str, str]:
     auth = ChainAuthorization.objects.select_related("network").filter(intent=intent).first()
     if auth is None:
@@ -162,12 +177,8 @@ def _render(intent: PaymentIntent, driven: Driven | None) -> HttpResponse:
     state, settlement = intent.state, view["settlement"]["state"]
     answer = driven.answer if driven is not None else None
     if state == "challenged":
-        challenge = PaymentChallenge.objects.get(intent=intent)
-        return problem(402, "payment-required", "Payment required",
-                       f"pay {challenge.amount} atomic units of {challenge.asset} to {challenge.pay_to} on "
-                       f"{challenge.network.caip2}: sign the PAYMENT-REQUIRED terms (EIP-3009) and send them as "
-                       f"PAYMENT-SIGNATURE with the same Idempotency-Key before {challenge.expires_at.isoformat()}",
-                       headers={**ids, **_challenge_header(intent)}, **where)
+        challenge = PaymentChallenge.objects.select_related("network").get(intent=intent)
+        return _payment_required(intent.intent_id, challenge, view["display_status"])
     if state == "rejected":
         reason, detail = authorize.onchain_rejection(intent)
         if reason and reason.startswith(("tenant_", "entitlement_")):

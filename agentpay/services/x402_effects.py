@@ -29,7 +29,7 @@ from eth_utils import to_checksum_address
 from pydantic import ValidationError
 from x402.schemas import PaymentPayload
 
-from agentpay.models import ChainAuthorization, ChainNetwork, PaymentChallenge, PaymentIntent
+from agentpay.models import ChainAuthorization, ChainNetwork, PaymentChallenge, PaymentIntent, PricedRoute
 from agentpay.services.results import Refusal, Step
 from agentpay.states import INTENT, ONCHAIN
 from agentpay.x402.headers import document, exact_requirement, payment_required
@@ -80,7 +80,8 @@ def challenge_issued(ctx: Any, step: Step) -> None:
     intent = ctx.intent
     if intent.rail != ONCHAIN:
         return
-    network = intent.route.network
+    route = PricedRoute.objects.select_related("network").get(pk=intent.route_id)  # one read, not two
+    intent.route, network = route, route.network
     why = network_refusal(intent, network)
     if why:
         raise Refusal("NO_CHAIN_NETWORK", why, step)

@@ -2,20 +2,20 @@
 fault proxy in front of it), a priced on-chain route to the loopback upstream, and an intent
 brought to `authorized` with a real EIP-3009 authorization signed by a payer with eth_account.
 
-The authorization row is written here, beside the real acceptances (`challenge_issued`,
-`payload_verified`): the gateway's verification (x402's part) writes it in its own acceptance;
-these tests start after it, at the settlement. The payer signs with the chain fixture's
-`sign_authorization` (eth_account, EIP-712 over the token's domain).
+The intent is authorized through the gateway's real acceptances (x402's effects write the
+challenge and the authorization); these tests start after it, at the settlement. The payer signs
+with the chain fixture's `sign_authorization` (eth_account, EIP-712 over the token's domain).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from agentpay.bridge import trusted_now
-from agentpay.models import ChainAuthorization, ChainNetwork, IntentReceipt, PaymentIntent, PricedRoute, Tenant
+from agentpay.models import ChainNetwork, IntentReceipt, PaymentChallenge, PaymentIntent, PricedRoute, Tenant
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.intents import intent_open, request_digest
 from agentpay.services.results import Cause, Step
@@ -50,8 +50,9 @@ def world(chain: Any, upstream: Any, *, path: str = "/ok", rpc_url: str | None =
 
 
 def authorized_intent(w: World, payer: Any, *, key: str | None = None, **auth: Any) -> PaymentIntent:
-    """An on-chain intent, challenged and authorized through the acceptance service, with the
-    payer's signed authorization stored as the gateway's verification stores it."""
+    """An on-chain intent brought to `authorized` by the gateway's own acceptances (x402's
+    effects write the PaymentChallenge and the ChainAuthorization): challenge_issued, then
+    payload_verified with the payer's PaymentPayload for exactly that challenge."""
     now, request_id = trusted_now(), uuid.uuid4()
     body = b'{"q": 1}'
     digest = request_digest(method="POST", route_slug=w.route.slug, path="", query="",
@@ -60,16 +61,18 @@ def authorized_intent(w: World, payer: Any, *, key: str | None = None, **auth: A
                          digest=digest, forward_path="", forward_query="", content_type="application/json",
                          body=body, request_id=request_id, now=now).intent
     cause = Cause.request(request_id, w.tenant.tenant_id)
-    assert intent_accept(intent_id=intent.intent_id, steps=[Step("intent", "challenge_issued")], cause=cause,
-                         now=now).accepted
+    issued = intent_accept(intent_id=intent.intent_id, steps=[Step("intent", "challenge_issued")], cause=cause,
+                           now=now)
+    assert issued.accepted, issued
+    required = PaymentChallenge.objects.get(intent=intent).requirement
+    # The SDK's client signs validBefore = its clock + maxTimeoutSeconds (the gateway allows that).
+    auth.setdefault("valid_before", int(time.time()) + required["accepts"][0]["maxTimeoutSeconds"])
     signed = w.chain.sign_authorization(payer, value=auth.pop("value", w.amount), **auth)
-    ChainAuthorization.objects.create(
-        intent=intent, network=w.network, token_address=w.network.token_address, payer=signed["from"].lower(),
-        pay_to=signed["to"].lower(), value=signed["value"], valid_after=signed["validAfter"],
-        valid_before=signed["validBefore"], nonce=signed["nonce"].lower(), signature=signed["signature"],
-        payload={"authorization": {k: str(v) for k, v in signed.items() if k != "signature"}}, received_at=now)
-    outcome = intent_accept(intent_id=intent.intent_id, cause=cause, now=now,
-                            steps=[Step("intent", "payload_verified", {"scheme": "exact", "eip3009": "valid"})])
+    payload = {"x402Version": 2, "accepted": required["accepts"][0], "resource": required["resource"],
+               "payload": {"signature": signed["signature"],
+                           "authorization": {k: v for k, v in signed.items() if k != "signature"}}}
+    outcome = intent_accept(intent_id=intent.intent_id, cause=cause, now=trusted_now(), steps=[
+        Step("intent", "payload_verified", {"payment_payload": payload, "authorization_state": "unused"})])
     assert outcome.accepted, outcome
     intent.refresh_from_db()
     return intent

@@ -10,7 +10,9 @@ import pytest
 
 from agentpay.chain.settlement import settlement_query, settlement_submit
 from agentpay.chain.transactions import authorization_calldata
-from agentpay.models import ChainTransaction
+from agentpay.jobs import agentpay_job_run
+from agentpay.models import ChainTransaction, RefundObligation
+from agentpay.services.recovery import review_resolve
 from tests.agentpay_chain.support import authorized_intent, lines, settlement_events, world
 from tests.agentpay_chain.test_faults import CAUSE, drive, tx_of
 from tests.support.rpc_proxy import RpcProxy
@@ -76,3 +78,29 @@ def test_the_authorization_carried_by_another_transaction_after_our_timeout_is_o
     assert settlement_events(intent) == ["submit_timeout", "query_found_confirmed"]
     assert chain.balance(payer.address) == before - w.amount
     assert len(upstream.calls) == 1
+
+
+def test_confirmed_only_after_review_is_never_dispatched_and_leaves_a_refund(chain, upstream, lead, settings):
+    """C09/O29: the settlement stays unknown past the recovery deadline (queries time out), the
+    intent goes to needs_review; the chain then shows it confirmed. Nothing is dispatched; the
+    owner closes it as not delivered, which records the refund owed."""
+    settings.AGENTPAY_RECOVERY_DEADLINE_SECONDS = 0
+    with RpcProxy(chain.rpc_url) as proxy:
+        w = world(chain, upstream, rpc_url=proxy.url, rpc_timeout_seconds=0.5)
+        intent = authorized_intent(w, chain.payers[0])
+        proxy.drop("eth_sendRawTransaction", after_forward=True, times=1)
+        assert settlement_submit(intent.intent_id, cause=CAUSE).lines.settlement == "unknown"
+        proxy.delay("eth_blockNumber", 2.0)
+        run = agentpay_job_run("agentpay_onchain_reconcile")
+        assert run.errors == 0, run.notes
+        assert lines(intent) == ("needs_review", "unknown", "not_started")
+        proxy.clear()
+        agentpay_job_run("agentpay_onchain_reconcile", now=tx_of(intent).next_query_at)
+        assert lines(intent) == ("needs_review", "confirmed", "not_started")
+        assert drive(intent).answer is None
+    assert upstream.calls == []
+    closed = review_resolve(intent_id=intent.intent_id, delivered=False, user=lead, reason="paid after the answer",
+                            ticket="OPS-205")
+    assert closed.accepted, closed
+    assert lines(intent) == ("failed", "confirmed", "not_started")
+    assert RefundObligation.objects.get(intent=intent).state == "not_started"

@@ -86,3 +86,27 @@ def test_upstream_5xx_after_payment_is_unknown_never_called_again(chain, upstrea
     drive(intent)  # a replay only reads
     assert len(upstream.calls) == 1
     assert not RefundObligation.objects.filter(intent=intent).exists()
+
+
+def test_the_admin_pay_page_pays_once_with_a_reason_and_a_ticket(chain, upstream, lead, client):
+    w = world(chain, upstream, path="/bad")
+    payer = chain.payers[0]
+    before = chain.balance(payer.address)
+    intent = authorized_intent(w, payer)
+    drive(intent)
+    refund = RefundObligation.objects.get(intent=intent)
+    client.force_login(lead)
+    url = f"/admin/agentpay/refundobligation/{refund.pk}/pay/"
+    assert client.get(url).status_code == 200
+    refused = client.post(url, {"reason": "", "ticket": ""})
+    assert refused.status_code == 200 and RefundObligation.objects.get(pk=refund.pk).state == "not_started"
+    paid = client.post(url, {"reason": "upstream refused the call", "ticket": "OPS-9"})
+    assert paid.status_code == 302
+    refund.refresh_from_db()
+    assert refund.state == "submitted" and refund.owner == lead and refund.ticket == "OPS-9"
+    again = client.post(url, {"reason": "twice?", "ticket": "OPS-9"})
+    assert again.status_code == 200 and b"ALREADY_PAID" in again.content
+    refund_query(refund.refund_id, cause=CAUSE)
+    assert chain.balance(payer.address) == before
+    client.force_login(make_user("agent", staff=True))
+    assert client.post(url, {"reason": "r", "ticket": "t"}).status_code == 403

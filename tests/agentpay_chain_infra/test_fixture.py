@@ -4,6 +4,8 @@ and each test starts from the same chain whatever the previous one did."""
 import pytest
 
 from agentpay.chain import token
+from tests.support import chain as chain_support
+from tests.support import chain_node as chain_node_support
 
 
 def test_token_deployed_with_usdc_domain_and_minted_payers(chain):
@@ -28,3 +30,29 @@ def test_each_test_starts_from_the_deployed_state(chain, round_):
     assert chain.block_number() == start + 1
     chain.set_automine(False)
     chain.send(payer, to=chain.token_address, data=token.transfer_calldata(chain.pay_to.address, 7))
+
+
+def test_an_anvil_that_will_not_start_falls_back_loudly(monkeypatch, tmp_path, capsys):
+    broken = tmp_path / "anvil"
+    broken.write_text("#!/bin/sh\necho 'cannot run here' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.delenv("AGENTPAY_CHAIN_UNAVAILABLE", raising=False)
+    monkeypatch.setenv("AGENTPAY_ANVIL_BIN", str(broken))
+    monkeypatch.setattr(chain_node_support, "FALLBACK_REASONS", [])
+    node = chain_support.start_node()
+    try:
+        assert node.kind == "eth-tester"
+        assert "would not start" in node.why_not_anvil and "exited with 3" in node.why_not_anvil
+        assert "FALLING BACK to eth-tester" in capsys.readouterr().err
+        assert [node.why_not_anvil] == chain_node_support.FALLBACK_REASONS
+        assert node.token_address and int(chain_support.rpc_call(node.rpc_url, "eth_chainId"), 16) == 31337
+    finally:
+        node.stop()
+
+
+def test_a_missing_anvil_path_is_named(monkeypatch):
+    monkeypatch.delenv("AGENTPAY_CHAIN_UNAVAILABLE", raising=False)
+    monkeypatch.setenv("AGENTPAY_ANVIL_BIN", "/nonexistent/anvil")
+    assert chain_support.find_anvil() == (None, "AGENTPAY_ANVIL_BIN=/nonexistent/anvil is not executable")
+    monkeypatch.setenv("AGENTPAY_CHAIN_UNAVAILABLE", "npm is not installed")
+    assert chain_support.find_anvil() == (None, "npm is not installed")

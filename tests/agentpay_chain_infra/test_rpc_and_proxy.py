@@ -23,8 +23,8 @@ def _signed_transfer(chain, network, value: int = 3) -> tuple[str, str]:
     """A token transfer from payer 0, signed like settlement does: (raw hex, precomputed hash)."""
     payer = chain.payers[0]
     tx = {"nonce": rpc.transaction_count(network, payer.address), "gas": 100_000, "chainId": chain.chain_id,
-          "gasPrice": rpc.gas_price(network) * 2, "to": chain.w3.to_checksum_address(chain.token_address),
-          "value": 0,
+          "maxFeePerGas": rpc.gas_price(network) * 2, "maxPriorityFeePerGas": 10**9,
+          "to": chain.w3.to_checksum_address(chain.token_address), "value": 0,
           "data": token.transfer_calldata(chain.pay_to.address, value)}
     signed = Account.sign_transaction(tx, payer.key)
     return "0x" + signed.raw_transaction.hex(), "0x" + signed.hash.hex()

@@ -2,6 +2,8 @@
 value once, through either overload, and every refusal is USDC's revert string."""
 
 import pytest
+from eth_account import Account
+from eth_account.messages import encode_typed_data
 from eth_utils import to_checksum_address
 
 from agentpay.chain import rpc, token
@@ -83,3 +85,50 @@ def test_transfer_and_mint_only_by_owner(chain, network):
     assert int(receipt["status"], 16) == 1
     assert token.balance_of(network, chain.pay_to.address) == 40
     assert token.balance_of(network, payer.address) == chain.minted_per_payer - 40
+
+
+def _cancel_signature(chain, payer, nonce: str) -> bytes:
+    typed = {
+        "types": {
+            "EIP712Domain": [{"name": "name", "type": "string"}, {"name": "version", "type": "string"},
+                             {"name": "chainId", "type": "uint256"}, {"name": "verifyingContract", "type": "address"}],
+            "CancelAuthorization": [{"name": "authorizer", "type": "address"}, {"name": "nonce", "type": "bytes32"}],
+        },
+        "primaryType": "CancelAuthorization",
+        "domain": {"name": "USD Coin", "version": "2", "chainId": chain.chain_id,
+                   "verifyingContract": to_checksum_address(chain.token_address)},
+        "message": {"authorizer": to_checksum_address(payer.address), "nonce": bytes.fromhex(nonce[2:])},
+    }
+    return Account.sign_message(encode_typed_data(full_message=typed), payer.key).signature
+
+
+def test_a_canceled_authorization_cannot_pay(chain, network):
+    payer = chain.payers[2]
+    auth = chain.sign_authorization(payer, value=700)
+    cancel = token._calldata("cancelAuthorization(address,bytes32,bytes)", [
+        to_checksum_address(payer.address), bytes.fromhex(auth["nonce"][2:]),
+        _cancel_signature(chain, payer, auth["nonce"])])
+    receipt = _submit(chain, cancel)
+    assert int(receipt["status"], 16) == 1
+    assert receipt["logs"][0]["topics"][0] == token.AUTHORIZATION_CANCELED_TOPIC
+    assert token.authorization_state(network, payer.address, auth["nonce"]) is True
+    # Canceled is not used: no AuthorizationUsed log, and the transfer refuses.
+    assert token.authorization_used_logs(network, payer.address, auth["nonce"]) == []
+    with pytest.raises(ChainRejected, match="authorization is used or canceled"):
+        rpc.eth_call(network, chain.token_address, token.transfer_with_authorization_calldata(auth))
+
+
+def test_receive_with_authorization_only_by_the_payee(chain, network):
+    payer = chain.payers[1]
+    auth = chain.sign_authorization(payer, value=80, primary_type="ReceiveWithAuthorization")
+    data = token._calldata("receiveWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)", [
+        to_checksum_address(auth["from"]), to_checksum_address(auth["to"]), 80, 0, int(auth["validBefore"]),
+        bytes.fromhex(auth["nonce"][2:]), bytes.fromhex(auth["signature"][2:])])
+    assert int(_submit(chain, data)["status"], 16) == 0  # the submitter is not the payee
+    receipt = chain.wait_receipt(chain.send(chain.pay_to, to=chain.token_address, data=data))
+    assert int(receipt["status"], 16) == 1
+    assert chain.balance(chain.pay_to.address) == 80
+    # A receive authorization is not a transfer authorization (another type hash).
+    other = chain.sign_authorization(payer, value=80, primary_type="ReceiveWithAuthorization")
+    with pytest.raises(ChainRejected, match="FiatTokenV2: invalid signature"):
+        rpc.eth_call(network, chain.token_address, token.transfer_with_authorization_calldata(other))

@@ -11,7 +11,7 @@ from eth_account import Account
 from x402.http.utils import decode_payment_response_header
 
 from agentpay.chain.token import transfer_with_authorization_calldata
-from agentpay.models import ChainTransaction, PaymentIntent, PricedRoute
+from agentpay.models import ChainTransaction, PaymentIntent, PricedRoute, RefundObligation
 from tests.agentpay_x402.buyer import Buyer, decode
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,12 +19,20 @@ PRICE = 150  # cents: 1_500_000 atomic units of a 6-decimal token
 
 
 @pytest.fixture
-def paid_route(chain, upstream, db):
-    network = chain.make_network()
+def network(chain, db):
+    return chain.make_network()
+
+
+def _route(network, upstream, slug: str, path: str) -> PricedRoute:
     return PricedRoute.objects.create(
-        slug="paid", name="paid", upstream_base_url=upstream.base_url, upstream_path="/ok", method="POST",
+        slug=slug, name=slug, upstream_base_url=upstream.base_url, upstream_path=path, method="POST",
         price_minor=PRICE, currency="usd", rails_allowed=["onchain"], connect_timeout_seconds=1.0,
         read_timeout_seconds=5.0, status_query_url=f"{upstream.base_url}/status", network=network)
+
+
+@pytest.fixture
+def paid_route(network, upstream):
+    return _route(network, upstream, "paid", "/ok")
 
 
 @pytest.fixture
@@ -94,3 +102,28 @@ def test_an_authorization_already_used_on_chain_is_refused_at_the_gateway(chain,
     assert answer.status_code == 402 and answer.json()["reason"] == "nonce_already_used"
     assert PaymentIntent.objects.get(idempotency_key="k-spent").state == "rejected"
     assert not ChainTransaction.objects.exists()
+
+
+def test_paid_then_the_upstream_refuses_relays_its_4xx_and_says_a_refund_is_owed(chain, call, network, upstream,
+                                                                                payer):
+    _route(network, upstream, "refused", "/bad")
+    answer = call("refused", "k-4xx", payment_signature=payer.pay(call("refused", "k-4xx")["PAYMENT-REQUIRED"]))
+    assert answer.status_code == 422 and answer.json() == {"error": "bad input"}  # the upstream's own answer
+    assert answer["AgentPay-Refund"] == "required"
+    assert answer["AgentPay-Display-Status"] == "SETTLED_FULFILLMENT_FAILED_REFUND_REQUIRED"
+    assert decode_payment_response_header(answer["PAYMENT-RESPONSE"]).success is True
+    intent = PaymentIntent.objects.get(idempotency_key="k-4xx")
+    assert RefundObligation.objects.filter(intent=intent, payer=payer.address.lower()).exists()
+
+
+def test_paid_then_the_upstream_fails_is_502_fulfillment_unknown_and_never_called_again(chain, call, network,
+                                                                                       upstream, payer):
+    _route(network, upstream, "boom", "/boom")
+    signature = payer.pay(call("boom", "k-5xx")["PAYMENT-REQUIRED"])
+    answer = call("boom", "k-5xx", payment_signature=signature)
+    assert answer.status_code == 502 and answer.json()["type"].endswith("/fulfillment-unknown")
+    assert decode_payment_response_header(answer["PAYMENT-RESPONSE"]).success is True
+    replay = call("boom", "k-5xx", payment_signature=signature)
+    assert replay.status_code == 200 and replay["Idempotent-Replayed"] == "true"
+    assert replay.json()["display_status"] == "SETTLED_FULFILLMENT_UNKNOWN_NEEDS_REVIEW"
+    assert len(upstream.calls) == 1 and ChainTransaction.objects.count() == 1
