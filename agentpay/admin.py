@@ -16,7 +16,8 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agentpay import admin_refunds  # noqa: F401  (settle, issue 18: registers the refund queue)
+from agentpay import admin_chain, admin_refunds  # noqa: F401  (register the on-chain pages and the refund queue)
+from agentpay.admin_base import ReadOnlyAdmin
 from agentpay.admin_review import (
     CREDIT_ACTION,
     LINK_CUSTOMER_ACTION,
@@ -44,17 +45,6 @@ from agentpay.models import (
     WebhookDelivery,
 )
 from agentpay.states import Lines
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
 
 
 def _age(since) -> str:  # noqa: ANN001

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import path, reverse
 
+from agentpay.admin_base import ReadOnlyAdmin
 from agentpay.admin_review import ReasonTicketForm, ReviewAction, _page, _require
 from agentpay.chain.rpc import ChainRejected, ChainTimeout
 from agentpay.models import ChainTransaction, RefundObligation
@@ -46,7 +47,7 @@ def refund_pay_view(model_admin: admin.ModelAdmin, request: HttpRequest, object_
     return _page(request, model_admin, obj=refund, action=PAY_REFUND, form=form, summary=summary, back_url=back)
 
 
-class RefundObligationAdmin(admin.ModelAdmin):
+class RefundObligationAdmin(ReadOnlyAdmin):
     list_display = ("refund_id", "intent", "payer", "amount", "state", "owner", "created_at", "tx_hash")
     list_filter = ("state",)
     search_fields = ("refund_id", "intent__intent_id", "payer")
@@ -57,14 +58,7 @@ class RefundObligationAdmin(admin.ModelAdmin):
         tx = ChainTransaction.objects.filter(refund=refund).only("tx_hash").first()
         return tx.tx_hash if tx else "—"
 
-    def has_add_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False  # only refund_pay changes it
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
+    change_form_template = "admin/agentpay/refundobligation/change_form.html"
 
     def get_urls(self):  # noqa: ANN201
         view = self.admin_site.admin_view(lambda request, object_id: refund_pay_view(self, request, object_id))
@@ -74,8 +68,8 @@ class RefundObligationAdmin(admin.ModelAdmin):
         extra = dict(extra_context or {})
         refund = RefundObligation.objects.filter(pk=object_id).first() if str(object_id).isdigit() else None
         if refund is not None and refund.state == "not_started" and request.user.has_perm(REVIEW_PERMISSION):
-            extra["pay_url"] = reverse("admin:agentpay_refundobligation_pay", args=[refund.pk])
-            self.message_user(request, f"Pay it back: {extra['pay_url']}", messages.INFO)
+            extra.update(pay_action=PAY_REFUND,
+                         pay_url=reverse("admin:agentpay_refundobligation_pay", args=[refund.pk]))
         return super().change_view(request, object_id, form_url, extra)
 
 

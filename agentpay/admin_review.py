@@ -15,18 +15,23 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from agentpay.models import (
+    ChainAuthorization,
+    ChainTransaction,
     FulfillmentStatusQuery,
     GatewayRequest,
     IntentReceipt,
     LedgerAccount,
     OutboxMessage,
+    PaymentChallenge,
     PaymentIntent,
+    RefundObligation,
     Tenant,
     Transfer,
     WebhookAttempt,
@@ -220,7 +225,38 @@ def intent_timeline(intent: PaymentIntent) -> list[TimelineRow]:
     for a in WebhookAttempt.objects.filter(delivery__message__intent=intent).select_related("delivery").order_by("pk"):
         rows.append(TimelineRow(a.attempted_at, "webhook", f"POST {a.url[:80]}",
                                 f"{a.delivery.dedupe_key} → {a.http_status or a.error[:120]}"))
+    rows += chain_timeline(intent)
     return sorted(rows, key=lambda row: row.at)
+
+
+def chain_timeline(intent: PaymentIntent) -> list[TimelineRow]:
+    """The on-chain rail's evidence: the 402 we sent, the authorization the payer signed, every
+    transaction we signed (and when we last broadcast and queried it), the refund owed."""
+    rows: list[TimelineRow] = []
+    challenge = PaymentChallenge.objects.filter(intent=intent).select_related("network").first()
+    if challenge is not None:
+        rows.append(TimelineRow(challenge.issued_at, "chain", f"402 challenge {challenge.challenge_id}",
+                                f"{challenge.amount} atomic units to {challenge.pay_to} on {challenge.network.caip2}; "
+                                f"expires {challenge.expires_at:%H:%M:%S}"))
+    authorization = ChainAuthorization.objects.filter(intent=intent).first()
+    if authorization is not None:
+        rows.append(TimelineRow(authorization.received_at, "chain", "authorization signed by the payer",
+                                f"{authorization.payer} · nonce {authorization.nonce[:18]}… · valid before "
+                                f"{authorization.valid_before}", authorization.payer))
+    refund = RefundObligation.objects.filter(intent=intent).first()
+    txs = ChainTransaction.objects.filter(Q(settlement__intent=intent) | Q(refund__intent=intent)).order_by("pk")
+    for tx in txs:
+        seen = (f"block {tx.block_number}, status {tx.receipt_status}" if tx.block_number is not None
+                else "no receipt seen")
+        rows.append(TimelineRow(tx.signed_at, "chain", f"{tx.purpose} transaction {tx.tx_id} signed",
+                                f"{tx.tx_hash} · sender nonce {tx.sender_nonce} · sent {tx.broadcast_attempts}× · "
+                                f"{seen} · queried {tx.queries}× ({tx.last_query_answer[:80] or '—'})", tx.sender))
+    if refund is not None:
+        owner = refund.owner.get_username() if refund.owner_id else "nobody yet"
+        rows.append(TimelineRow(refund.created_at, "refund", f"refund owed {refund.refund_id}",
+                                f"{refund.amount} atomic units back to {refund.payer} · {refund.state} · owner "
+                                f"{owner}"))
+    return rows
 
 
 def status_query_detail(q: FulfillmentStatusQuery) -> str:

@@ -15,7 +15,7 @@ from agentpay.services.onchain_flow import intent_drive_onchain
 from agentpay.services.refunds import refund_pay, refund_query, refunds_open
 from agentpay.services.results import Cause, Refusal
 from tests.agentpay_chain.support import authorized_intent, lines, world
-from tests.support.actors import make_user
+from tests.support.actors import AGENTS, make_user, role
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CAUSE = Cause.system("test")
@@ -110,3 +110,25 @@ def test_the_admin_pay_page_pays_once_with_a_reason_and_a_ticket(chain, upstream
     assert chain.balance(payer.address) == before
     client.force_login(make_user("agent", staff=True))
     assert client.post(url, {"reason": "r", "ticket": "t"}).status_code == 403
+
+
+def test_the_admin_shows_the_chain_evidence_and_offers_the_refund_to_a_lead_only(chain, upstream, lead, client):
+    w = world(chain, upstream, path="/bad")
+    intent = authorized_intent(w, chain.payers[0])
+    drive(intent)
+    refund = RefundObligation.objects.get(intent=intent)
+    tx = ChainTransaction.objects.get(settlement__intent=intent)
+    client.force_login(lead)
+    page = client.get(f"/admin/agentpay/paymentintent/{intent.pk}/change/").content.decode()
+    for seen in ("402 challenge", "authorization signed by the payer", tx.tx_hash, f"refund owed {refund.refund_id}"):
+        assert seen in page, seen
+    refund_page = client.get(f"/admin/agentpay/refundobligation/{refund.pk}/change/").content.decode()
+    assert 'id="ap-pay-refund"' in refund_page
+    for listing in ("chaintransaction", "chainauthorization", "paymentchallenge", "chainnetwork",
+                    "refundobligation"):
+        assert client.get(f"/admin/agentpay/{listing}/").status_code == 200, listing
+    agent = make_user("agent", staff=True)
+    agent.groups.add(role(AGENTS, app_label="agentpay", codenames=["view_refundobligation", "view_paymentintent"]))
+    client.force_login(agent)
+    assert 'id="ap-pay-refund"' not in client.get(f"/admin/agentpay/refundobligation/{refund.pk}/change/"
+                                                  ).content.decode()

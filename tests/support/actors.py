@@ -27,6 +27,7 @@ ROLE_MIGRATIONS = (
     ("agentpay.migrations.0006_fulfillment_status_queries", "grant"),
     ("agentpay.migrations.0008_tenant_webhooks", "grant"),
     ("agentpay.migrations.0011_tenant_customer_links", "grant"),
+    ("agentpay.migrations.0012_onchain_admin_grants", "grant"),
 )
 
 
