@@ -38,9 +38,8 @@ from agentpay.chain.settlement import (
 from agentpay.models import ChainAuthorization, ChainTransaction, Fulfillment, PaymentIntent
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.results import Cause, Outcome, Step
-from agentpay.services.wallet_flow import Driven
+from agentpay.services.wallet_flow import Driven, forward_and_accept
 from agentpay.states import Lines
-from agentpay.upstream import upstream_forward
 
 # What each upstream answer means after a confirmed on-chain payment (seed §3.1).
 ANSWER_STEPS = {
@@ -111,15 +110,5 @@ def intent_drive_onchain(*, intent: PaymentIntent, cause: Cause, access: ApiAcce
 
 
 def _forward(intent: PaymentIntent, cause: Cause, request_id: uuid.UUID) -> Driven:
-    """The one call to the upstream, after `dispatch` committed (outside any transaction)."""
     fulfillment_id = Fulfillment.objects.only("fulfillment_id").get(intent=intent).fulfillment_id
-    answer = upstream_forward(route=intent.route, fulfillment_id=fulfillment_id, request_id=request_id,
-                              path=intent.forward_path, query=intent.forward_query,
-                              content_type=intent.forward_content_type, body=bytes(intent.forward_body))
-    event, then = ANSWER_STEPS[answer.outcome]
-    data = {"status": answer.status} if answer.status is not None else {}
-    if answer.error:
-        data["error"] = answer.error
-    outcome = intent_accept(intent_id=intent.intent_id, steps=[Step("fulfillment", event, data), *then],
-                            cause=cause, now=trusted_now())
-    return Driven(outcome, answer=answer)
+    return forward_and_accept(intent, cause, fulfillment_id, request_id, ANSWER_STEPS)

@@ -109,10 +109,17 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
 
 
 def _forward_and_settle(intent: PaymentIntent, cause: Cause, fulfillment_id: str, request_id: uuid.UUID) -> Driven:
+    return forward_and_accept(intent, cause, fulfillment_id, request_id, ANSWER_STEPS)
+
+
+def forward_and_accept(intent: PaymentIntent, cause: Cause, fulfillment_id: str, request_id: uuid.UUID,
+                       answer_steps: dict[str, tuple[str, list[Step]]]) -> Driven:
+    """The one call to the upstream, after `dispatch` committed (outside any transaction), and
+    the acceptance of what it answered: the fulfillment's event and the rail's `answer_steps`."""
     answer = upstream_forward(route=intent.route, fulfillment_id=fulfillment_id, request_id=request_id,
                               path=intent.forward_path, query=intent.forward_query,
                               content_type=intent.forward_content_type, body=bytes(intent.forward_body))
-    event, then = ANSWER_STEPS[answer.outcome]
+    event, then = answer_steps[answer.outcome]
     data = {"status": answer.status} if answer.status is not None else {}
     if answer.error:
         data["error"] = answer.error
