@@ -20,7 +20,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["config.json_depth.DepthLimitedJSONParser"],  # JSONParser with a depth limit
     "DEFAULT_THROTTLE_CLASSES": ["entitlements.api.auth.PrincipalScopedThrottle"],
     "DEFAULT_THROTTLE_RATES": API_THROTTLE_RATES,
     "DEFAULT_PAGINATION_CLASS": "entitlements.api.pagination.NewestFirstCursorPagination",

@@ -23,6 +23,7 @@ from agentpay.bridge import ProviderNoSuchObject, ProviderRefusedRequest, Provid
 from agentpay.models import LedgerAccount
 from agentpay.services.ledger import LedgerRefusal
 from agentpay.services.topups import Topup, wallet_topup_from_provider
+from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 
 _PAYMENT_ID = re.compile(r"^pi_[A-Za-z0-9_]{1,250}$")
 # Refusal code → (status, problem slug, title).
@@ -50,6 +51,9 @@ class TopupSerializer(serializers.Serializer):
 
 
 def _parse(request: Request) -> tuple[str, JsonResponse | None]:
+    if json_nesting_exceeds(request.body or b""):
+        return "", problem(400, "malformed-request", "The request body is nested too deeply",
+                           f"more than {MAX_JSON_DEPTH} levels; send {{\"payment_intent\": \"pi_…\"}}")
     try:
         body = json.loads(request.body or b"")
     except (ValueError, UnicodeDecodeError):

@@ -26,6 +26,7 @@ from agentpay.services.intents import intent_claim_lease, intent_open, intent_re
 from agentpay.services.results import Cause
 from agentpay.services.wallet_flow import Driven, intent_drive_wallet
 from agentpay.states import INTENT_TERMINAL, ONCHAIN, WALLET
+from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 
 MAX_KEY_LENGTH = 255
 _KEY = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII, no spaces
@@ -84,6 +85,9 @@ def _check_call(request: Request, route: PricedRoute, subpath: str) -> tuple[Jso
     content_type = request.headers.get("Content-Type", "")
     body = request.body
     if body and content_type.split(";")[0].strip().lower() in JSON_TYPES:
+        if json_nesting_exceeds(body):
+            return problem(400, "malformed-json", "The JSON body could not be parsed",
+                           f"nested more than {MAX_JSON_DEPTH} levels deep"), "", ""
         try:
             json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:

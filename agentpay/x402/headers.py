@@ -19,6 +19,8 @@ from x402.http.constants import PAYMENT_REQUIRED_HEADER, PAYMENT_RESPONSE_HEADER
 from x402.http.utils import encode_payment_required_header, encode_payment_response_header
 from x402.schemas import PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse
 
+from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
+
 PAYMENT_REQUIRED = PAYMENT_REQUIRED_HEADER
 PAYMENT_SIGNATURE = PAYMENT_SIGNATURE_HEADER
 PAYMENT_RESPONSE = PAYMENT_RESPONSE_HEADER
@@ -96,6 +98,8 @@ def decode_payment_signature(value: str) -> tuple[PaymentPayload, dict[str, Any]
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise HeaderError("malformed_base64", f"PAYMENT-SIGNATURE is not base64: {exc}", transport=True) from None
+    if json_nesting_exceeds(raw):
+        raise HeaderError("malformed_json", f"the decoded PAYMENT-SIGNATURE nests more than {MAX_JSON_DEPTH} levels")
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

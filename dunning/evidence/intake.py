@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 from dunning.clock import trusted_now
 from dunning.models import ProviderEvent, Verification, WebhookDelivery
 from dunning.storable import escape_nul, storable_text, unstorable
@@ -62,6 +63,9 @@ def webhook_receive(
     raw = WebhookDelivery(**as_received)
     if truncated:
         return _reject(raw, 413, "BODY_TOO_LARGE", f"body over the {size_limit}-byte limit")
+    if json_nesting_exceeds(body):
+        return _reject(raw, 400, "MALFORMED_PAYLOAD", f"payload is nested too deeply to be a provider event "
+                                                      f"(more than {MAX_JSON_DEPTH} levels)")
     signature = next((v for k, v in headers.items() if k.lower() == "stripe-signature"), "")
     try:
         event = get_provider(provider_name).verify_webhook(payload=body, signature_header=signature, now=now)

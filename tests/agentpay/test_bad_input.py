@@ -11,6 +11,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize(("kwargs", "status", "slug"), [
     ({"body": b'{"q": ', "key": "j"}, 400, "malformed-json"),
+    ({"body": b"[" * 50_000 + b"]" * 50_000, "key": "deep"}, 400, "malformed-json"),
     ({"key": None}, 400, "idempotency-key-required"),
     ({"key": "x" * 256}, 400, "idempotency-key-too-long"),
     ({"key": "has space"}, 400, "idempotency-key-invalid"),
