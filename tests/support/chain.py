@@ -192,14 +192,15 @@ class ChainNode:
             self.fallback.stop()
 
 
-def start_anvil(anvil: str) -> ChainNode:
+def start_anvil(anvil: str, extra_args: tuple[str, ...] = ()) -> ChainNode:
+    """anvil on a free loopback port (`extra_args`, e.g. ("--block-time", "1"), go after ours)."""
     port = _free_port()
     log = tempfile.NamedTemporaryFile(prefix="anvil-", suffix=".log", delete=False)  # noqa: SIM115
     # --block-time unset: automine, each transaction in its own block at once. --accounts 0: our
     # own fixed accounts are funded below.
     process = subprocess.Popen(
         [anvil, "--host", "127.0.0.1", "--port", str(port), "--chain-id", str(CHAIN_ID), "--accounts", "1",
-         "--balance", "1", "--gas-price", "1000000000", "--no-request-size-limit"],
+         "--balance", "1", "--gas-price", "1000000000", "--no-request-size-limit", *extra_args],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     node = ChainNode(kind="anvil", rpc_url=f"http://127.0.0.1:{port}", process=process, log_path=log.name)
     deadline = time.monotonic() + 20
