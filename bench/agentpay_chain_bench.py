@@ -11,7 +11,8 @@ failure). See bench/README.md.
     signed by tests/agentpay_x402/buyer.py's Buyer.sign, validBefore = the challenge's expiry),
     then `settlement_submit` and `settlement_query` every poll interval until confirmed. Beside
     each, the chain's own inclusion latency: a plain signed transfer sent to the same node, timed
-    from its send to its receipt at the same poll interval. Target: within one block (1 s).
+    from its send to its receipt at the same poll interval. Each send after a random 0-1 s pause,
+    so sends fall at random phases of the block clock. Target: within one block (1 s).
 (3) reconcile after an outage: N authorized intents whose settlement transactions are signed and
     persisted by `settlement_submit` through a loopback JSON-RPC proxy (tests/support/rpc_proxy.py)
     that loses every broadcast's answer, so each is recorded `unknown` by the acceptance service:
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 import uuid
 from collections import Counter
@@ -125,6 +127,10 @@ def confirm(args: argparse.Namespace, chain: Any, seeded: dict[str, Any]) -> dic
 
     poll = args.chain_poll if args.chain_poll is not None else settings.AGENTPAY_ONCHAIN_POLL_SECONDS
     buyers, cause = buyers_of(chain), Cause.system("bench")
+    # A loop of sends, each after the last one was seen in a block, locks onto the block clock
+    # (every send just after a block: a whole block's wait each time). A random pause before each
+    # send puts the sends at random phases of it, as independent callers' would be.
+    rng = random.Random(18)
     ours: list[float] = []
     reference: list[float] = []
     queries: list[int] = []
@@ -133,8 +139,10 @@ def confirm(args: argparse.Namespace, chain: Any, seeded: dict[str, Any]) -> dic
     say(PHASE, f"submit -> confirmed: {args.chain_settlements} settlements, 1 s blocks, polled every {poll:.2f} s, "
                "each beside a plain transfer's inclusion")
     for i in range(args.chain_settlements):
+        time.sleep(rng.uniform(0, 1))
         reference.append(_reference_inclusion(chain, poll))
         intent_id = authorized_intent(seeded["route"], seeded["tenant"], buyers[i % len(buyers)])
+        time.sleep(rng.uniform(0, 1))
         began = time.monotonic()
         outcome = settlement_submit(intent_id, cause=cause)
         rounds = 0
