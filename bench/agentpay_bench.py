@@ -207,7 +207,7 @@ def summary(label: str, out: dict[str, Any], n: int, *, phase: str = PHASE, ok_s
     ok = [r for r in res if r[2] == ok_status]
     due = [r[0] * 1000 for r in res]
     sent = [r[1] * 1000 for r in res]
-    s = {"requests": n, "ok_200": len(ok), "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"],
+    s = {"requests": n, f"ok_{ok_status}": len(ok), "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"],
          "p50_ms": percentile(due, 50), "p99_ms": percentile(due, 99), "max_ms": max(due),
          "p50_ms_from_send": percentile(sent, 50), "p99_ms_from_send": percentile(sent, 99),
          "latencies_ms": [round(v, 3) for v in due]}
