@@ -201,28 +201,49 @@ def open_loop(url: str, n: int, rate: float, headers: Any, progress: Any = None)
     return asyncio.run(go())
 
 
-def _summary(label: str, out: dict[str, Any], n: int) -> dict[str, Any]:
+def summary(label: str, out: dict[str, Any], n: int, *, phase: str = PHASE, ok_status: int = 200) -> dict[str, Any]:
+    """An open-loop run's figures: answers with `ok_status` are served, anything else an error."""
     res = out["results"]
-    ok = [r for r in res if r[2] == 200]
+    ok = [r for r in res if r[2] == ok_status]
     due = [r[0] * 1000 for r in res]
     sent = [r[1] * 1000 for r in res]
-    s = {"requests": n, "ok_200": len(ok), "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"],
+    s = {"requests": n, f"ok_{ok_status}": len(ok), "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"],
          "p50_ms": percentile(due, 50), "p99_ms": percentile(due, 99), "max_ms": max(due),
          "p50_ms_from_send": percentile(sent, 50), "p99_ms_from_send": percentile(sent, 99),
          "latencies_ms": [round(v, 3) for v in due]}
-    say(PHASE, f"{label}: p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms, {s['achieved_per_s']:.0f}/s, "
+    say(phase, f"{label}: p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms, {s['achieved_per_s']:.0f}/s, "
                f"{s['errors']} errors")
     return s
 
 
-def gateway(args: argparse.Namespace, database: str, seeded: dict[str, Any], upstream: str, log_dir: Path,
-            out_dir: Path) -> dict[str, Any]:
+def start_gateway(database: str, log: Path, name: str = "gunicorn-agentpay") -> tuple[subprocess.Popen, int,
+                                                                                       dict[str, str]]:
+    """gunicorn (2 sync workers) serving the gateway on a free port: (process, port, its env)."""
     port = free_port()
     env = child_env(DATABASE_URL=db_url(database), ALLOWED_HOSTS="127.0.0.1,localhost")
     argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", "--worker-class", "sync",
             "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
-    proc = CHILDREN.start("gunicorn-agentpay", argv, env=env, log=log_dir / "gunicorn-agentpay.log")
+    proc = CHILDREN.start(name, argv, env=env, log=log)
     wait_port(port, 30, proc)
+    return proc, port, env
+
+
+def profile_calls(env: dict[str, str], api_key: str, profile: Path, *, route: str = "bench", status: int = 200,
+                  count: int = 200) -> dict[str, Any]:
+    """One gateway call's service time and queries in one process (`bench.agentpay_profile`)."""
+    out = subprocess.run([PYTHON, "-m", "bench.agentpay_profile", "--count", str(count), "--profile", str(profile),
+                          "--api-key", api_key, "--route", route, "--status", str(status)],
+                         env=env, capture_output=True, text=True)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), "")
+    if not line:
+        raise RuntimeError(f"bench.agentpay_profile gave no result (exit {out.returncode}): "
+                           f"{(out.stdout + out.stderr)[-2000:]}")
+    return {**json.loads(line[len("RESULT "):]), "file": str(profile)}
+
+
+def gateway(args: argparse.Namespace, database: str, seeded: dict[str, Any], upstream: str, log_dir: Path,
+            out_dir: Path) -> dict[str, Any]:
+    proc, port, env = start_gateway(database, log_dir / "gunicorn-agentpay.log")
     rate, n = args.rate, int(args.rate * args.agentpay_gateway_seconds)
     tag = uuid.uuid4().hex[:8]
     auth = {"Authorization": f"Bearer {seeded['api_key']}", "Content-Type": "application/json"}
@@ -235,16 +256,13 @@ def gateway(args: argparse.Namespace, database: str, seeded: dict[str, Any], ups
 
             say(PHASE, f"{label}: warm-up 1 s at {rate:.0f}/s, then {n} calls at {rate:.0f}/s -> {url}")
             open_loop(url, int(rate), rate, lambda i, h=headers: h(-1 - i))
-            result[label] = _summary(label, open_loop(url, n, rate, headers, Ticker(PHASE)), n)
+            result[label] = summary(label, open_loop(url, n, rate, headers, Ticker(PHASE)), n)
     finally:
         CHILDREN.stop(proc)
     result["added_p99_ms"] = result["gateway"]["p99_ms"] - result["direct"]["p99_ms"]
     result["added_p50_ms"] = result["gateway"]["p50_ms"] - result["direct"]["p50_ms"]
     profile = out_dir / "agentpay_gateway_profile.txt"
-    out = subprocess.run([PYTHON, "-m", "bench.agentpay_profile", "--count", "200", "--profile", str(profile),
-                          "--api-key", seeded["api_key"]], env=env, capture_output=True, text=True, check=True)
-    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
-    result["profile"] = {**json.loads(line[len("RESULT "):]), "file": str(profile)}
+    result["profile"] = profile_calls(env, seeded["api_key"], profile)
     say(PHASE, f"one gateway call in one process (no HTTP server, no queueing): "
                f"{result['profile']['ms_per_call']:.1f} ms, {result['profile']['queries_per_call']} queries; "
                f"profile {profile}")

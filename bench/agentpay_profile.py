@@ -1,4 +1,4 @@
-"""``python -m bench.agentpay_profile --count N --profile FILE --api-key ak_…``: N paid calls
+"""``python -m bench.agentpay_profile --count N --profile FILE --api-key ak_… [--route SLUG --status 402]``: N calls
 through the gateway (middleware, view, services, the upstream on loopback) in this one process,
 back to back, timed; then N more under pyinstrument. The work a gunicorn worker does per call,
 without the HTTP server, the load generator or queueing. DATABASE_URL from the environment.
@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--profile", required=True)
     parser.add_argument("--api-key", required=True)
+    parser.add_argument("--route", default="bench", help="the priced route's slug")
+    parser.add_argument("--status", type=int, default=200, help="the answer each call must get (402: unpaid)")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
@@ -36,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     tag = uuid.uuid4().hex[:8]
 
     def call(i: int) -> None:
-        response = client.post("/agentpay/v1/routes/bench/run", data=json.dumps({"q": i}).encode(),
+        response = client.post(f"/agentpay/v1/routes/{args.route}/run", data=json.dumps({"q": i}).encode(),
                                content_type="application/json", HTTP_IDEMPOTENCY_KEY=f"prof-{tag}-{i}",
                                HTTP_AUTHORIZATION=f"Bearer {args.api_key}")
-        if response.status_code != 200:
+        if response.status_code != args.status:
             raise SystemExit(f"call {i} answered {response.status_code}: {response.content[:300]!r}")
 
     for i in range(20):

@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import agentpay_bench
+from bench import agentpay_bench, agentpay_chain_bench
 from bench.common import (
     ACCOUNT,
     CHILDREN,
@@ -54,8 +54,8 @@ LOG_DIR = OUT_DIR / "logs"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description="Throughput, latency and scale bench.")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, < 60 s, targets not judged (CI)")
-    p.add_argument("--only", default="accept,webhook,restore,sweep,agentpay",
-                   help="comma-separated phases to run (accept, webhook, restore, sweep, agentpay)")
+    p.add_argument("--only", default="accept,webhook,restore,sweep,agentpay,agentpay_chain",
+                   help="comma-separated phases to run (accept, webhook, restore, sweep, agentpay, agentpay_chain)")
     p.add_argument("--accept-seconds", type=float, default=None, help="per client count (default 10, smoke 2)")
     p.add_argument("--pgbench-scale", type=int, default=None, help="pgbench -i -s (default 10, smoke 1)")
     p.add_argument("--rate", type=float, default=200.0, help="offered webhook rate, deliveries/s")
@@ -75,9 +75,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-dbs", action="store_true", help="leave the bench_dunning_* databases behind")
     p.add_argument("--out", default=str(OUT_DIR / "results.json"))
     agentpay_bench.add_arguments(p)
+    agentpay_chain_bench.add_arguments(p)
     a = p.parse_args(argv)
     smoke = a.smoke
     agentpay_bench.finish_arguments(a)
+    agentpay_chain_bench.finish_arguments(a)
     a.accept_seconds = a.accept_seconds or (2.0 if smoke else 10.0)
     a.pgbench_scale = a.pgbench_scale or (1 if smoke else 10)
     a.webhook_seconds = a.webhook_seconds or (1.0 if smoke else 15.0)
@@ -701,8 +703,10 @@ def table(results: dict[str, Any], smoke: bool) -> list[dict[str, str]]:
             row(f"sweep worker peak RSS ({large})", f"{mb:.0f} MB", "< 300 MB", judge(mb, mb < 300, smoke))
     if results.get("agentpay"):
         agentpay_bench.table_rows(results["agentpay"], row, judge, smoke)
+    if results.get("agentpay_chain"):
+        agentpay_chain_bench.table_rows(results["agentpay_chain"], row, judge, smoke)
     speeds = [f"{name} {min(r['machine_loop_s']):.2f}-{max(r['machine_loop_s']):.2f}"
-              for name in ("accept", "webhook", "restore", "sweep", "agentpay")
+              for name in ("accept", "webhook", "restore", "sweep", "agentpay", "agentpay_chain")
               if (r := results.get(name)) and r.get("machine_loop_s")]
     if speeds:
         row("  (info) machine: 10^7-loop seconds per phase", "; ".join(speeds), "same machine, same speed", "info")
@@ -752,7 +756,8 @@ def main(argv: list[str] | None = None) -> int:
             redis = RedisDb(args.redis_url)
         phases = {"accept": lambda: phase_accept(args), "webhook": lambda: phase_webhook(args, redis),
                   "restore": lambda: phase_restore(args, redis), "sweep": lambda: phase_sweep(args),
-                  "agentpay": lambda: agentpay_bench.phase(args, fresh_db, LOG_DIR, OUT_DIR)}
+                  "agentpay": lambda: agentpay_bench.phase(args, fresh_db, LOG_DIR, OUT_DIR),
+                  "agentpay_chain": lambda: agentpay_chain_bench.phase(args, fresh_db, LOG_DIR, OUT_DIR)}
         for name, phase in phases.items():
             if name in args.phases:
                 began = elapsed()

@@ -196,14 +196,14 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-def start_anvil(anvil: str) -> ChainNode:
+def start_anvil(anvil: str, extra_args: tuple[str, ...] = ()) -> ChainNode:
     port = _free_port()
     log = tempfile.NamedTemporaryFile(prefix="anvil-", suffix=".log", delete=False)  # noqa: SIM115
     # --block-time unset: automine, each transaction in its own block at once. --accounts 0: our
     # own fixed accounts are funded below.
     process = subprocess.Popen(
         [anvil, "--host", "127.0.0.1", "--port", str(port), "--chain-id", str(CHAIN_ID), "--accounts", "1",
-         "--balance", "1", "--gas-price", "1000000000", "--no-request-size-limit"],
+         "--balance", "1", "--gas-price", "1000000000", "--no-request-size-limit", *extra_args],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)  # noqa: PLW1509
     atexit.register(_stop_process, process)

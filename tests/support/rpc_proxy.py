@@ -9,6 +9,9 @@
         proxy.error("eth_sendRawTransaction", "nonce too low")          # a JSON-RPC error answer
         proxy.calls                                                    # methods seen, in order
 
+`RpcProxy(url, keep=("eth_sendRawTransaction",))` also keeps the request of every call of those
+methods it forwarded (what the node saw), as (method, params) in `payloads`.
+
 Rules match a method name (or "*") and apply `times` times (None: every call); the first rule
 that still has uses wins. A dropped call closes the socket without a byte of answer, which the
 client sees as a lost connection (agentpay.chain.rpc.ChainTimeout).
@@ -40,8 +43,10 @@ class Rule:
 
 
 class RpcProxy:
-    def __init__(self, upstream_url: str, *, forward_timeout: float = 30.0) -> None:
+    def __init__(self, upstream_url: str, *, forward_timeout: float = 30.0, keep: tuple[str, ...] = ()) -> None:
         self.upstream_url = upstream_url
+        self.keep = frozenset(keep)
+        self.payloads: list[tuple[str, list]] = []
         self.forward_timeout = forward_timeout
         self.calls: list[str] = []
         self.forwarded: list[str] = []
@@ -102,9 +107,10 @@ class RpcProxy:
                 try:
                     request = json.loads(body)
                     method = request.get("method", "") if isinstance(request, dict) else "batch"
+                    params = request.get("params", []) if isinstance(request, dict) else []
                     request_id = request.get("id") if isinstance(request, dict) else None
                 except ValueError:
-                    method, request_id = "", None
+                    method, request_id, params = "", None, []
                 rule = proxy._take(method)
                 if rule is not None and rule.action == "delay":
                     time.sleep(rule.seconds)
@@ -120,6 +126,8 @@ class RpcProxy:
                     return
                 with proxy._lock:
                     proxy.forwarded.append(method)
+                    if method in proxy.keep:
+                        proxy.payloads.append((method, params))
                 if rule is not None:
                     self._refuse(rule, method, request_id)
                     return
