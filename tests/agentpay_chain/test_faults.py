@@ -106,13 +106,14 @@ def test_dropped_past_valid_before_is_failed_and_charges_nothing(chain, upstream
     before = chain.balance(payer.address)
     # The last block may be older than the trusted clock the gateway checks the window against.
     now_on_chain = max(chain.latest_timestamp(), int(trusted_now().timestamp()))
-    intent = authorized_intent(w, payer, valid_before=now_on_chain + 120)
+    valid_before = now_on_chain + 120
+    intent = authorized_intent(w, payer, valid_before=valid_before)
     chain.set_automine(False)
     try:
         settlement_submit(intent.intent_id, cause=CAUSE)
         chain.drop_transaction(tx_of(intent).tx_hash)
-        chain.increase_time(600)
-        chain.mine()  # an empty block: chain time is now past validBefore
+        chain.set_next_block_timestamp(valid_before + 60)
+        chain.mine()  # an empty block: chain time is now past validBefore, however old the last one was
         driven = drive(intent)
     finally:
         chain.set_automine(True)
