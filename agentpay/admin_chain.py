@@ -7,7 +7,13 @@ from __future__ import annotations
 from django.contrib import admin
 
 from agentpay.admin_base import ReadOnlyAdmin
-from agentpay.models import ChainAuthorization, ChainNetwork, ChainTransaction, PaymentChallenge
+from agentpay.models import (
+    ChainAuthorization,
+    ChainNetwork,
+    ChainTransaction,
+    PaymentChallenge,
+    SettlementAuditFinding,
+)
 
 
 @admin.register(ChainNetwork)
@@ -43,4 +49,22 @@ class ChainTransactionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="for")
     def owner(self, tx: ChainTransaction) -> str:
+        return tx.settlement.intent.intent_id if tx.settlement_id else tx.refund.refund_id
+
+
+@admin.register(SettlementAuditFinding)
+class SettlementAuditFindingAdmin(ReadOnlyAdmin):
+    """What the confirmed audit found (agentpay.chain.audit): a confirmed transaction of ours the
+    chain no longer shows where it was. The line stays confirmed; these rows say what happened."""
+
+    list_display = ("found_at", "transaction", "owner", "evidence_kind", "action", "needs_review", "detail")
+    list_filter = ("needs_review", "evidence_kind", "action")
+    list_select_related = ("transaction__settlement__intent", "transaction__refund")
+    search_fields = ("transaction__tx_hash", "transaction__settlement__intent__intent_id",
+                     "transaction__refund__refund_id")
+    show_full_result_count = False
+
+    @admin.display(description="for")
+    def owner(self, finding: SettlementAuditFinding) -> str:
+        tx = finding.transaction
         return tx.settlement.intent.intent_id if tx.settlement_id else tx.refund.refund_id

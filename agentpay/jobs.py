@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from agentpay.bridge import now_is_not_ahead, trusted_now
+from agentpay.chain.audit import confirmed_audit
 from agentpay.chain.reconcile import onchain_reconcile
 from agentpay.models import PaymentIntent
 from agentpay.services.acceptance import intent_accept
@@ -154,6 +155,8 @@ JOBS: dict[str, Callable[[JobSummary], None]] = {
     "agentpay_outbox_relay": outbox_relay,
     # settle (issue 18): undecided settlement and refund transactions, on-chain deadlines.
     "agentpay_onchain_reconcile": onchain_reconcile,
+    # a reorg deeper than the depth after confirmed (agentpay.chain.audit): evidence, never a state change.
+    "agentpay_confirmed_audit": confirmed_audit,
 }
 
 

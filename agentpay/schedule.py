@@ -10,6 +10,7 @@ JOB_CADENCE: dict[str, int] = {
     "agentpay_recovery_deadline": 60,  # also gives every needs-review intent an owner
     "agentpay_outbox_relay": 5,  # publishes committed outbox rows (agentpay.services.outbox)
     "agentpay_onchain_reconcile": 5,  # settle (issue 18): due chain queries back off 1 s … 60 s each
+    "agentpay_confirmed_audit": 60,  # each confirmed tx is read again every 600 s for a day
 }
 
 

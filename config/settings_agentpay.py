@@ -55,3 +55,9 @@ AGENTPAY_CHAIN_REQUERY_MAX_SECONDS = int(os.environ.get("AGENTPAY_CHAIN_REQUERY_
 # How many undecided transactions one reconcile run takes, and how many it asks about at once.
 AGENTPAY_CHAIN_RECONCILE_BATCH = int(os.environ.get("AGENTPAY_CHAIN_RECONCILE_BATCH", "2000"))
 AGENTPAY_CHAIN_RECONCILE_THREADS = int(os.environ.get("AGENTPAY_CHAIN_RECONCILE_THREADS", "8"))
+# The confirmed audit: a reorganisation deeper than the confirmation depth can take a confirmed
+# transaction of ours off the chain after we delivered (or refunded). Confirmed transactions are
+# read again every AUDIT_EVERY seconds for AUDIT_WINDOW seconds after they were confirmed.
+AGENTPAY_CONFIRMED_AUDIT_WINDOW_SECONDS = int(os.environ.get("AGENTPAY_CONFIRMED_AUDIT_WINDOW_SECONDS", "86400"))
+AGENTPAY_CONFIRMED_AUDIT_EVERY_SECONDS = int(os.environ.get("AGENTPAY_CONFIRMED_AUDIT_EVERY_SECONDS", "600"))
+AGENTPAY_CONFIRMED_AUDIT_BATCH = int(os.environ.get("AGENTPAY_CONFIRMED_AUDIT_BATCH", "500"))

@@ -6,6 +6,7 @@ from agentpay.models.chain import (
     ChainTxPurpose,
     PaymentChallenge,
     RefundObligation,
+    SettlementAuditFinding,
 )
 from agentpay.models.evidence import FulfillmentStatusQuery, StatusQueryAnswer
 from agentpay.models.ledger import AccountKind, LedgerAccount, Transfer, TransferKind
@@ -25,6 +26,7 @@ __all__ = [
     "AccountKind", "AgentPayConsole", "CauseKind", "ChainAuthorization", "ChainNetwork", "ChainTransaction",
     "ChainTxPurpose", "PaymentChallenge", "RefundObligation", "Fulfillment", "FulfillmentStatusQuery", "GatewayRequest",
     "HttpMethod", "IntentReceipt", "LedgerAccount", "OutboxMessage", "PaymentIntent", "PricedRoute",
-    "ReviewQueueIntent", "Settlement", "StatusQueryAnswer", "Tenant", "TenantApiKey", "TenantCustomerLink",
-    "TenantStatus", "TenantWebhookEndpoint", "Transfer", "TransferKind", "WebhookAttempt", "WebhookDelivery",
+    "ReviewQueueIntent", "Settlement", "SettlementAuditFinding", "StatusQueryAnswer", "Tenant", "TenantApiKey",
+    "TenantCustomerLink", "TenantStatus", "TenantWebhookEndpoint", "Transfer", "TransferKind", "WebhookAttempt",
+    "WebhookDelivery",
 ]

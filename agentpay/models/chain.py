@@ -183,3 +183,33 @@ class RefundObligation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.refund_id} {self.state} ({self.amount})"
+
+
+class AuditAction(models.TextChoices):
+    NONE = "none", "Recorded (a person reads it)"
+    REBROADCAST = "rebroadcast", "The same signed bytes sent again"
+    CLEARED = "cleared", "The chain shows it confirmed again"
+
+
+class SettlementAuditFinding(AppendOnlyModel):
+    """A confirmed transaction of ours (a settlement or a refund) that the chain no longer shows
+    where it was: a reorganisation deeper than the confirmation depth. The line stays confirmed
+    (terminal states never change); this row is the evidence and what the audit did about it.
+    `needs_review`: money we counted may not have moved, so a billing lead must look."""
+
+    transaction = models.ForeignKey(ChainTransaction, on_delete=models.PROTECT, related_name="audit_findings")
+    found_at = models.DateTimeField()
+    evidence_kind = models.CharField(max_length=12, help_text="what the chain showed (Evidence.kind)")
+    detail = models.TextField()
+    block_number = models.PositiveBigIntegerField(null=True, blank=True)
+    block_hash = models.CharField(max_length=66, blank=True, default="")
+    action = models.CharField(max_length=12, choices=AuditAction.choices)
+    broadcast_answer = models.TextField(blank=True, default="")
+    needs_review = models.BooleanField()
+
+    class Meta:
+        ordering = ["-found_at", "-id"]
+        indexes = [models.Index(fields=["transaction", "-found_at"], name="audit_finding_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.transaction.tx_id} {self.evidence_kind} → {self.action}"
