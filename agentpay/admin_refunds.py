@@ -38,7 +38,7 @@ def refund_pay_view(model_admin: admin.ModelAdmin, request: HttpRequest, object_
             form.add_error(None, f"The chain did not answer; nothing was signed or sent ({exc}). Try again.")
         else:
             if result.accepted:
-                messages.success(request, f"{refund.refund_id} is {result.state}.")
+                messages.success(request, f"Refund {refund.refund_id} is {result.state}.")
                 return redirect(back)
             form.add_error(None, f"Refused ({result.refusal_code}): {result.detail}")
     summary = [("Refund", refund.refund_id), ("Intent", refund.intent.intent_id), ("Payer", refund.payer),

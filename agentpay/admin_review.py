@@ -140,7 +140,7 @@ def review_action_view(model_admin: admin.ModelAdmin, request: HttpRequest, obje
             form.add_error(None, f"Refused ({refusal.code}): {refusal.detail}")
         else:
             if outcome.accepted:
-                messages.success(request, f"{intent.intent_id} is {outcome.lines.intent} "
+                messages.success(request, f"Intent {intent.intent_id} is {outcome.lines.intent} "
                                           f"({outcome.display_status}).")
                 # It left the queue: show it among all intents.
                 return redirect(reverse("admin:agentpay_paymentintent_change", args=[intent.pk]))

@@ -51,7 +51,7 @@ def test_a_lead_takes_ownership_and_resolves_a_review_in_the_browser(live_server
     page.fill("#ap-form input[name=ticket]", "OPS-2001")
     screenshot(page, "agentpay_review_delivered_form")
     page.click("#ap-submit")
-    assert "is completed (COMPLETED)" in page.locator("ul.messagelist").inner_text()
+    assert f"Intent {intent.intent_id} is completed (COMPLETED)" in page.locator("ul.messagelist").inner_text()
     timeline = page.locator("#ap-timeline").inner_text()
     assert "intent.manual_resolved_confirmed" in timeline and "Posts a hold (capture)" in timeline
     screenshot(page, "agentpay_review_resolved")

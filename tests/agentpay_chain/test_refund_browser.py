@@ -41,7 +41,7 @@ def test_a_lead_reads_the_chain_timeline_and_pays_a_refund_back(live_server, new
     page.fill("#ap-form input[name=ticket]", "OPS-3001")
     screenshot(page, "agentpay_chain_refund_form")
     page.click("#ap-submit")
-    assert "is submitted" in page.locator("ul.messagelist").inner_text()
+    assert f"Refund {refund.refund_id} is submitted" in page.locator("ul.messagelist").inner_text()  # not "Rfd_…"
     screenshot(page, "agentpay_chain_refund_paid")
     refund.refresh_from_db()
     assert refund.state == "submitted" and refund.ticket == "OPS-3001"
