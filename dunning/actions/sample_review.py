@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from dunning.clock import trusted_now
-from dunning.jobs.framework import job_setting
 from dunning.models import DunningCycle, FactKind, MonetaryFact, PaymentAttempt, ProviderReceipt
 from dunning.models.duties import ReviewerVerdict, SampleReview, SampleReviewItem, SampleVerdict
 from dunning.reads.review import subscription_verdict
@@ -88,7 +88,7 @@ def pick_from(population: list[int], *, week: IsoWeek, size: int) -> list[int]:
 
 
 def sample_size() -> int:
-    size = int(job_setting("DUNNING_SAMPLE_REVIEW_SIZE", DEFAULT_SIZE))
+    size = int(getattr(settings, "DUNNING_SAMPLE_REVIEW_SIZE", DEFAULT_SIZE))
     if size < 1:
         raise ValueError(f"DUNNING_SAMPLE_REVIEW_SIZE must be at least 1, not {size}")
     return size
