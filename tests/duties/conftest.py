@@ -14,8 +14,8 @@ from dunning.actions.compensation import compensation_open
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle
 from dunning.models.duties import CompensationCase, CompensationKind
-from subscriptions.models import Invoice, Subscription
-from subscriptions.providers.base import ProviderInvoice
+from subscriptions.models import Subscription
+from tests.console.conftest import provider_says  # noqa: F401  (the fixture: fresh fetches show one status)
 from tests.support.actors import AGENTS, LEADS, make_staff, staff_roles_from_migration
 from tests.support.builders import fail_first_payment, make_subscription, open_cycle, reload
 
@@ -71,36 +71,3 @@ def open_case(scene: Scene, kind: str = CompensationKind.PAID_NOT_ENTITLED) -> C
                                      detail=f"test: {kind}", now=trusted_now())
     assert opened
     return case
-
-
-class FakeProvider:
-    """Answers fresh invoice fetches with a fixed status."""
-
-    name = "stripe"
-
-    def __init__(self, status: str) -> None:
-        self.status = status
-        self.fetches = 0
-
-    def fetch_invoice(self, invoice_id: str) -> ProviderInvoice:
-        self.fetches += 1
-        inv = Invoice.objects.get(provider_invoice_id=invoice_id)
-        paid = inv.amount_due if self.status == "paid" else 0
-        raw = {"id": invoice_id, "object": "invoice", "status": self.status, "amount_due": inv.amount_due,
-               "amount_paid": paid, "currency": inv.currency}
-        return ProviderInvoice(id=invoice_id, account="acct_test", subscription_id=None, customer_id=None,
-                               status=self.status, amount_due=inv.amount_due, amount_paid=paid,
-                               currency=inv.currency, attempt_count=max(inv.attempt_count, 1),
-                               next_payment_attempt=None, payment_refs=(), price_ids=(), raw=raw)
-
-
-@pytest.fixture
-def provider_says(monkeypatch):
-    """`provider_says("paid")`: fresh invoice fetches show that status."""
-
-    def install(status: str) -> FakeProvider:
-        fake = FakeProvider(status)
-        monkeypatch.setattr("dunning.evidence.fresh_fetch.get_provider", lambda name="stripe": fake)
-        return fake
-
-    return install
