@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
@@ -215,7 +216,7 @@ class SampleReviewAdmin(ViewOnlyAdmin):
 
     def trend_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
-            return redirect("admin:index")
+            raise PermissionDenied("you may not view the sample reviews")
         weeks = trend_figures()
         context = {**self.admin_site.each_context(request), "title": "Weekly sample review: trend",
                    "opts": self.model._meta, "weeks": weeks, "chart": mark_safe(trend_svg(weeks))}  # noqa: S308
