@@ -22,6 +22,8 @@ JOB_CADENCE: dict[str, int] = {
     "entitlement_push": 30,
     "alerts": 60,
     "reconciliation": 86400,
+    "compensation_intake": 300,  # seed 003's compensation queue: jobs/duties.py
+    "sample_review": 86400,  # one sample per ISO week; the daily run only catches up a missed week
 }
 
 CATCH_UP_ORDER: tuple[str, ...] = tuple(JOB_CADENCE)

@@ -1,5 +1,12 @@
 from dunning.models.audit import ENTITLEMENT_CHANGED_TOPIC, CauseKind, OutboxMessage, TransitionReceipt
 from dunning.models.cycle import AttemptOrigin, DunningCycle, PaymentAttempt
+from dunning.models.duties import (
+    CompensationAction,
+    CompensationCase,
+    SampleReview,
+    SampleReviewItem,
+    SampleVerdict,
+)
 from dunning.models.evidence import (
     PAID_EVENT_TYPES,
     EventOutcome,
@@ -25,4 +32,5 @@ __all__ = [
     "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "ENTITLEMENT_CHANGED_TOPIC", "EventOutcome",
     "FactKind", "MonetaryFact", "OutboxMessage", "PAID_EVENT_TYPES", "PaymentAttempt", "ProviderEvent",
     "ProviderReceipt", "SupportConsole", "TransitionReceipt", "Verification", "WebhookDelivery",
+    "CompensationAction", "CompensationCase", "SampleReview", "SampleReviewItem", "SampleVerdict",
 ]
