@@ -21,6 +21,7 @@ JOB_CADENCE: dict[str, int] = {
     "outbox_relay": 10,
     "entitlement_push": 30,
     "alerts": 60,
+    "alert_deliveries": 30,  # failed alert emails/webhooks, bounded back-off: jobs/alert_deliveries.py
     "reconciliation": 86400,
 }
 
