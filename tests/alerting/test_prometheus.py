@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from dunning.models import EventOutcome, ProviderEvent
 from tests.alerting.figures import build_figures
+from tests.support import prometheus as helper
 from tests.support.prometheus import start_prometheus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,8 +48,6 @@ def test_prometheus_scrapes_metrics_and_its_api_gives_the_database_figures(polic
 
 
 def test_a_missing_prometheus_binary_fails_the_test_with_the_reason(monkeypatch):
-    from tests.support import prometheus as helper
-
     monkeypatch.setattr(helper, "PROMETHEUS", "/nonexistent/prometheus")
     with pytest.raises(RuntimeError, match=r"apt-get install -y prometheus"):
         helper.start_prometheus(target="127.0.0.1:9")
