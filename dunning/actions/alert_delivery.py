@@ -115,8 +115,7 @@ def alert_message_deliver(message: OutboxMessage, *, now: datetime) -> dict[str,
     alert = Alert.objects.select_related("subscription", "invoice").get(pk=message.payload["alert"])
     AlertDelivery.objects.bulk_create(_planned(alert, message, now), ignore_conflicts=True)
     counts: dict[str, int] = {}
-    for pk in (AlertDelivery.objects.filter(alert=alert, status__in=(S.PENDING,))
-               .order_by("pk").values_list("pk", flat=True)):
+    for pk in AlertDelivery.objects.filter(alert=alert, status=S.PENDING).order_by("pk").values_list("pk", flat=True):
         outcome = alert_delivery_attempt(delivery_pk=pk, now=now)
         counts[outcome] = counts.get(outcome, 0) + 1
     return counts
@@ -223,7 +222,7 @@ def alert_delivery_attempt(*, delivery_pk: int, now: datetime) -> str:
             why = f"resolved by {alert.resolved_by} at {alert.resolved_at:%Y-%m-%d %H:%M} UTC before it went out"
             AlertDelivery.objects.filter(pk=delivery.pk).update(status=S.SKIPPED, next_attempt_at=None, last_error=why)
             return "SKIPPED"
-        number = AlertDelivery.objects.get(pk=delivery.pk).attempts + 1
+        number = delivery.attempts + 1  # an interrupted try was counted when it began
         # Counted before the send: a try a crash interrupts still counts against the bound.
         AlertDelivery.objects.filter(pk=delivery.pk).update(status=S.SENDING, attempts=number, last_attempt_at=now)
         sent, retry, status_code, error = _send(delivery)

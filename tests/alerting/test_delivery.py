@@ -217,3 +217,17 @@ def test_a_try_a_dead_worker_left_half_done_counts_and_is_recorded(alert_channel
     outcomes = list(webhook.tries.order_by("number").values_list("number", "outcome"))
     assert outcomes == [(1, "RETRY"), (2, "RETRY"), (3, "SENT")]
     assert "worker stopped" in webhook.tries.get(number=2).error
+
+
+def test_the_deliveries_list_finds_the_failed_ones(alert_channels, clock, admin_client):
+    alert_channels.answers = [404]
+    alert = raise_alert("k:listed", AlertKind.DUPLICATE_CHARGE)
+    raise_alert("k:fine", AlertKind.DUPLICATE_CHARGE)  # answered 404 too: the receiver repeats its last answer
+    alert_channels.answers = [200]
+    sent = raise_alert("k:sent", AlertKind.DUPLICATE_CHARGE)
+    failed = admin_client.get("/admin/dunning/alertdelivery/?status__exact=FAILED").content.decode()
+    assert "k:listed" in failed and "k:fine" in failed and "k:sent" not in failed
+    webhook = deliveries(alert)["WEBHOOK"]
+    page = admin_client.get(f"/admin/dunning/alertdelivery/{webhook.pk}/change/")
+    assert page.status_code == 200 and "HTTP 404" in page.content.decode()
+    assert deliveries(sent)["WEBHOOK"].status == "SENT"
