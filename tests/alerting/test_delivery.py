@@ -20,6 +20,7 @@ from dunning.actions.alerts import alert_raise, alert_resolve
 from dunning.jobs.framework import job_run
 from dunning.models import ALERT_RAISED_TOPIC, Alert, AlertDelivery, AlertKind, OutboxMessage
 from tests.alerting.conftest import ONCALL, WEBHOOK_SECRET
+from tests.support.threads import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NOON = datetime(2030, 3, 10, 12, 0, tzinfo=UTC)
@@ -185,18 +186,22 @@ def test_unconfigured_channels_are_recorded_as_not_sent_and_an_unsigned_webhook_
     assert mail.outbox == []
 
 
-def test_a_lost_hand_off_is_delivered_by_the_outbox_relay(alert_channels, clock):
-    class BrokerDown:
-        @staticmethod
-        def delay(message_pk: int) -> None:
-            raise ConnectionError("broker unreachable")
+class BrokerDown:
+    @staticmethod
+    def delay(message_pk: int) -> None:
+        raise ConnectionError("broker unreachable")
 
+
+@pytest.fixture
+def broker_down():
     previous = alert_delivery._worker
     alert_delivery.alert_delivery_worker_set(BrokerDown)
-    try:
-        alert = raise_alert()
-    finally:
-        alert_delivery.alert_delivery_worker_set(previous)
+    yield
+    alert_delivery.alert_delivery_worker_set(previous)
+
+
+def test_a_lost_hand_off_is_delivered_by_the_outbox_relay(alert_channels, clock, broker_down):
+    alert = raise_alert()
     assert mail.outbox == [] and alert_channels.received == [] and not AlertDelivery.objects.exists()
 
     assert job_run("outbox_relay").status == "OK"
@@ -231,3 +236,15 @@ def test_the_deliveries_list_finds_the_failed_ones(alert_channels, clock, admin_
     page = admin_client.get(f"/admin/dunning/alertdelivery/{webhook.pk}/change/")
     assert page.status_code == 200 and "HTTP 404" in page.content.decode()
     assert deliveries(sent)["WEBHOOK"].status == "SENT"
+
+
+@pytest.mark.race
+def test_two_workers_delivering_one_message_at_once_send_it_once(alert_channels, clock, broker_down):
+    raise_alert()
+    message = OutboxMessage.objects.get(topic=ALERT_RAISED_TOPIC)
+    run_together([lambda: alert_delivery.alert_message_handle(message_pk=message.pk),
+                  lambda: alert_delivery.alert_message_deliver(OutboxMessage.objects.get(pk=message.pk),
+                                                               now=datetime.now(UTC))])
+    assert len(mail.outbox) == 1 and len(alert_channels.received) == 1
+    assert sorted(AlertDelivery.objects.values_list("channel", "status", "attempts")) == [
+        ("EMAIL", "SENT", 1), ("WEBHOOK", "SENT", 1)]
