@@ -170,5 +170,6 @@ LOGGING = {
 # Settings of the REST API (SPEC §13) and of the support console / customer pages (SPEC §11,
 # §12) live beside this file, one module each.
 from config.settings_agentpay import *  # noqa: E402, F403
+from config.settings_alerting import *  # noqa: E402, F403
 from config.settings_api import *  # noqa: E402, F403
 from config.settings_console import *  # noqa: E402, F403

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from dunning.web.metrics import metrics_view
 from dunning.web.webhooks import stripe_webhook
 
 admin.site.site_header = "Dunning & entitlement grace — support console"
@@ -9,6 +10,7 @@ admin.site.site_title = "Dunning support"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("webhooks/stripe/", stripe_webhook, name="stripe-webhook"),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus (issue 19 item 2)
     path("api/", include("entitlements.api.urls")),
     path("agentpay/", include("agentpay.api.urls")),
     path("", include("subscriptions.billing.urls")),

@@ -9,8 +9,10 @@ class DunningConfig(AppConfig):
         # These modules import models, so they load once the app registry is ready. The job
         # modules register the scheduled jobs; the webhook intake hands stored events to the
         # worker task, which it cannot import itself (the task runs the processing service).
+        from dunning.actions.alert_delivery import alert_delivery_worker_set
         from dunning.evidence.intake import event_worker_set
         from dunning.jobs import catalog  # noqa: F401
-        from dunning.tasks import process_provider_event
+        from dunning.tasks import deliver_alert, process_provider_event
 
         event_worker_set(process_provider_event)
+        alert_delivery_worker_set(deliver_alert)

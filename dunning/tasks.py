@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from dunning.actions.alert_delivery import alert_message_handle
 from dunning.claims import claim
 from dunning.evidence.processing import EventNotFinished, event_process
 from dunning.jobs.framework import job_run
@@ -30,3 +31,9 @@ def process_provider_event(self, event_pk: int) -> str:  # noqa: ANN001
 def run_scheduled_job(name: str) -> str:
     """Beat entry point: one run of one job for the trusted now, recorded as a JobRun."""
     return job_run(name).status
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def deliver_alert(message_pk: int) -> str:
+    """After commit of a new alert episode: email and webhook it (dunning.actions.alert_delivery)."""
+    return str(alert_message_handle(message_pk=message_pk))

@@ -33,6 +33,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Greatest
 
+from dunning.actions.alert_delivery import alert_delivery_request
 from dunning.clock import trusted_now
 from dunning.models import Alert, AlertKind, FactKind, MonetaryFact, PaymentAttempt
 from dunning.models.operations import ALERT_KINDS_RESOLVED_BY_A_PERSON, AlertAction, AlertActionKind
@@ -128,6 +129,8 @@ def alert_raise(
                     kind=kind, dedupe_key=_episode_key(dedupe_key, len(episodes) + 1), subscription=subscription,
                     invoice=invoice, detail=detail, figures=figures, raised_at=now, last_seen_at=now, occurrences=1,
                 )
+                # Same transaction: a new episode is announced once it commits, and only then.
+                alert_delivery_request(alert=alert, now=now)
         except IntegrityError:
             continue  # another worker stored this episode first; bump theirs
         log.warning("ALERT %s [%s]: %s", kind, alert.dedupe_key, detail)

@@ -2,4 +2,10 @@
 
 Django's admin autodiscovery imports `dunning.admin`; each module below registers its pages."""
 
-from dunning.admin import duties, operations, records, subscription_page  # noqa: F401  (registers the pages)
+from dunning.admin import (  # noqa: F401  (registers the pages)
+    alert_deliveries,
+    duties,
+    operations,
+    records,
+    subscription_page,
+)

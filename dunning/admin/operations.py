@@ -36,6 +36,7 @@ from dunning.admin.base import ViewOnlyAdmin
 from dunning.admin.filters import AlertStatusFilter
 from dunning.evidence.reprocessing import HELD_OUTCOMES, ReprocessRefused, event_reprocess
 from dunning.models import Alert, IncidentSwitch, JobRun, NotificationDelivery, ProviderEvent, ReconciliationReport
+from dunning.models.alert_delivery import AlertDelivery
 from dunning.models.inbox import EventReprocessing
 from dunning.models.operations import AlertAction
 
@@ -308,6 +309,8 @@ class AlertAdmin(ViewOnlyAdmin):
             extra_context.update(
                 alert_obj=alert, alert_status=alert_status_text(alert), alert_next_step=alert_next_step(alert),
                 alert_trail=list(AlertAction.objects.filter(alert=alert).order_by("at", "pk")),
+                alert_deliveries=list(AlertDelivery.objects.filter(alert=alert).prefetch_related("tries")
+                                      .order_by("channel")),
                 can_acknowledge=is_open and allowed["acknowledge_alert"] and alert.owner_id != request.user.pk,
                 can_resolve=is_open and allowed["resolve_alert"], acknowledge_form=AcknowledgeForm(),
                 resolve_form=ResolveForm(), acknowledge_url=reverse("admin:dunning_alert_acknowledge", args=[alert.pk]),

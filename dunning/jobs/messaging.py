@@ -15,11 +15,12 @@ from django.db import transaction
 from django.db.models import Max, Q
 
 from dunning.actions import entitlement_changed as consumers
+from dunning.actions.alert_delivery import alert_message_deliver
 from dunning.actions.notifications import notification_deliver
 from dunning.actions.provider_cancel import provider_cancel_deliver
 from dunning.claims import claim
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, due_in_order, scheduled_job, worker_name
-from dunning.models import ENTITLEMENT_CHANGED_TOPIC, DunningCycle, DunningPolicy, OutboxMessage
+from dunning.models import ALERT_RAISED_TOPIC, ENTITLEMENT_CHANGED_TOPIC, DunningCycle, DunningPolicy, OutboxMessage
 from dunning.policy.cache import policy_spec
 from dunning.policy.rollout import sends_notifications
 from dunning.states import GRACE_PROFILE_STATES
@@ -39,6 +40,7 @@ CONSUMERS: dict[str, Callable[..., object]] = {
     "notification.requested": notification_deliver,
     "provider.cancel_subscription": provider_cancel_deliver,
     ENTITLEMENT_CHANGED_TOPIC: _entitlement_changed,
+    ALERT_RAISED_TOPIC: alert_message_deliver,  # when the after-commit hand-off to the task was lost
 }
 
 

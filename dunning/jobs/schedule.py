@@ -21,6 +21,7 @@ JOB_CADENCE: dict[str, int] = {
     "outbox_relay": 10,
     "entitlement_push": 30,
     "alerts": 60,
+    "alert_deliveries": 30,  # failed alert emails/webhooks, bounded back-off: jobs/alert_deliveries.py
     "reconciliation": 86400,
     "compensation_intake": 300,  # seed 003's compensation queue: jobs/duties.py
     "sample_review": 86400,  # one sample per ISO week; the daily run only catches up a missed week

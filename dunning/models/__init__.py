@@ -1,3 +1,10 @@
+from dunning.models.alert_delivery import (
+    ALERT_RAISED_TOPIC,
+    AlertChannel,
+    AlertDelivery,
+    AlertDeliveryAttempt,
+    AlertDeliveryStatus,
+)
 from dunning.models.audit import ENTITLEMENT_CHANGED_TOPIC, CauseKind, OutboxMessage, TransitionReceipt
 from dunning.models.cycle import AttemptOrigin, DunningCycle, PaymentAttempt
 from dunning.models.duties import (
@@ -28,6 +35,7 @@ from dunning.models.permissions import SupportConsole
 from dunning.models.policy import DunningPolicy
 
 __all__ = [
+    "ALERT_RAISED_TOPIC", "AlertChannel", "AlertDelivery", "AlertDeliveryAttempt", "AlertDeliveryStatus",
     "Alert", "AlertKind", "IncidentSwitch", "JobRun", "NotificationDelivery", "ReconciliationReport",
     "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "ENTITLEMENT_CHANGED_TOPIC", "EventOutcome",
     "FactKind", "MonetaryFact", "OutboxMessage", "PAID_EVENT_TYPES", "PaymentAttempt", "ProviderEvent",

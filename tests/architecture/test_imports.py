@@ -42,6 +42,8 @@ ALLOWED_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
         "AppConfig.ready registers the jobs; their modules import models, which wait for the app registry",
     ("dunning.apps", "dunning.evidence.intake"): "AppConfig.ready hands the worker task to the intake (as above)",
     ("dunning.apps", "dunning.tasks"): "AppConfig.ready: the worker task the intake hands events to (models, as above)",
+    ("dunning.apps", "dunning.actions.alert_delivery"):
+        "AppConfig.ready hands the alert delivery task to the alert service (models, as above)",
 }
 
 
