@@ -3,6 +3,7 @@ and the rows of an export. Read only; `subscriptions.usage` is the one writer.""
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -101,3 +102,18 @@ def export_rows(subscription: Subscription) -> Iterator[dict[str, object]]:
                "occurred_at": r.occurred_at.isoformat(), "received_at": r.received_at.isoformat(),
                "invoiced_at": r.invoiced_at.isoformat() if r.invoiced_at else None,
                "provider_invoice_id": r.provider_invoice_id, "body_digest": r.body_digest}
+
+
+class _Echo:
+    """csv.writer writes into this and gets the line back, so an export streams as rows are read."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def export_csv_lines(subscription: Subscription) -> Iterator[str]:
+    """The export as CSV lines (header first), one record a line; empty cells for what is not set."""
+    writer = csv.DictWriter(_Echo(), fieldnames=EXPORT_COLUMNS)
+    yield writer.writeheader()
+    for row in export_rows(subscription):
+        yield writer.writerow({k: "" if v is None else v for k, v in row.items()})

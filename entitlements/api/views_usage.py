@@ -16,8 +16,6 @@
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterator
 from typing import Any
 
 from django.db.models import QuerySet
@@ -43,7 +41,7 @@ from entitlements.api.serializers_usage import (
 )
 from entitlements.api.views_read import SUBSCRIPTION_REF
 from subscriptions.usage import UsageConflict, UsageInput, UsageInvalid, usage_record
-from subscriptions.usage_reads import EXPORT_COLUMNS, export_rows, usage_records_of, usage_totals
+from subscriptions.usage_reads import export_csv_lines, export_rows, usage_records_of, usage_totals
 
 CSV_CONTENT_TYPE = "text/csv; charset=utf-8"
 
@@ -120,20 +118,6 @@ class SubscriptionUsageListView(ListAPIView):
         return super().get(request, *args, **kwargs)
 
 
-class _Echo:
-    """csv.writer writes into this and gets the line back, so rows stream as they are read."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
-def _csv_lines(rows: Iterator[dict[str, object]]) -> Iterator[str]:
-    writer = csv.DictWriter(_Echo(), fieldnames=EXPORT_COLUMNS)
-    yield writer.writeheader()
-    for row in rows:
-        yield writer.writerow({k: "" if v is None else v for k, v in row.items()})
-
-
 EXPORT_DESCRIPTION = ("Every usage record of the subscription, oldest first. Works in every entitlement profile, "
                       "REVOKED included: usage already consumed stays exportable when access ends.")
 
@@ -148,7 +132,7 @@ class SubscriptionUsageExportCsvView(APIView):
                               **problem_responses()})
     def get(self, request: Request, ref: str) -> StreamingHttpResponse:
         subscription = subscription_for_request(request, ref)
-        response = StreamingHttpResponse(_csv_lines(export_rows(subscription)), content_type=CSV_CONTENT_TYPE)
+        response = StreamingHttpResponse(export_csv_lines(subscription), content_type=CSV_CONTENT_TYPE)
         response["Content-Disposition"] = f'attachment; filename="usage-{subscription.pk}.csv"'
         return response
 

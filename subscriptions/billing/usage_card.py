@@ -4,14 +4,12 @@ usage is recorded and kept whatever the payment or access state, and billed like
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from subscriptions.billing.wording import day, money
 from subscriptions.models import Subscription
-from subscriptions.usage_reads import EXPORT_COLUMNS, current_period, export_rows, usage_totals
+from subscriptions.usage_reads import current_period, usage_totals
 
 UNITS = {"tokens": ("token", "tokens"), "calls": ("call", "calls")}
 KEPT = ("Your usage is kept whatever happens with a payment: a failed or late payment never deletes usage "
@@ -52,13 +50,3 @@ def usage_card(sub: Subscription, now: datetime, *, open_invoice: bool) -> Usage
         not_yet_invoiced=money(totals.uninvoiced_cost, currency) if lines else "",
         reassurance=reassurance,
     )
-
-
-def usage_csv(sub: Subscription) -> str:
-    """Every usage record of the subscription as CSV (the same columns as the API's export)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS)
-    writer.writeheader()
-    for row in export_rows(sub):
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    return out.getvalue()

@@ -6,26 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.core.cache import cache
 
 from dunning.clock import trusted_now
 from entitlements.api.tokens import service_token_create
 from entitlements.profiles import FULL
 from subscriptions.models import Subscription
 from subscriptions.usage import UsageInput
+from tests.api.conftest import relaxed_throttles  # noqa: F401  (autouse: the API tests' relaxed rates)
 from tests.support.actors import bearer_client
 from tests.support.builders import fail_first_payment, make_policy, make_subscription, open_cycle, restrict
-
-RELAXED_RATES = {"entitlement_read": "100000/min", "billing_read": "100000/min", "billing_write": "100000/min",
-                 "usage_write": "100000/min"}
-
-
-@pytest.fixture(autouse=True)
-def relaxed_throttles(settings):
-    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": RELAXED_RATES}
-    cache.clear()
-    yield
-    cache.clear()
 
 
 @pytest.fixture

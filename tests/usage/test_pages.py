@@ -102,7 +102,7 @@ def test_a_revoked_customer_still_sees_and_downloads_their_usage():
     assert page.status_code == 200 and b"Usage this period" in page.content and b"$6.84" in page.content
     download = client.get(reverse("billing-usage-export", args=[sub.pk]))
     assert download.status_code == 200 and download["Content-Type"].startswith("text/csv")
-    assert len(list(csv.DictReader(io.StringIO(download.content.decode())))) == 3
+    assert len(list(csv.DictReader(io.StringIO(b"".join(download.streaming_content).decode())))) == 3
     make_policy()
     stranger = Client()
     stranger.force_login(link_login(make_subscription(), "stranger", password=PASSWORD))
