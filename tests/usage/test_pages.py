@@ -67,6 +67,10 @@ def test_the_admin_shows_usage_totals_invoiced_and_not_beside_the_debt(live_serv
     recent = page.locator("#usage-recent").inner_text()
     assert "in_usage_nov" in recent and "not yet invoiced" in recent and "call-1" in recent
     screenshot(page, "usage_admin_subscription")
+    with page.expect_download() as download:  # the console's export is the API's, with the staff session
+        page.click("#usage-export-csv")
+    exported = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
+    assert {r["provider_invoice_id"] for r in exported} == {"in_usage_nov", ""} and len(exported) == 3
     page.click("#usage-all")
     assert page.locator("#result_list tbody tr").count() == 3
     assert page.locator("#changelist").locator("a.addlink").count() == 0  # view only: no add button
