@@ -5,13 +5,17 @@ rewritten (model layer and database trigger), and invoicing happens once."""
 from __future__ import annotations
 
 from datetime import timedelta
+from io import StringIO
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
 from dunning.append_only import AppendOnlyViolation
 from dunning.clock import trusted_now
 from dunning.models import DunningCycle, TransitionReceipt
+from entitlements.api.tokens import service_token_create
 from entitlements.profiles import PROFILES
 from subscriptions.models import Invoice, Subscription, UsageRecord
 from subscriptions.usage import (
@@ -56,8 +60,7 @@ def test_the_same_producer_id_and_body_replays_the_stored_record(policy, produce
     sent = usage()
     first = usage_record(subscription=sub, producer=producer, usage=sent)
     # The same record spelled differently (currency case, another UTC offset) is the same record.
-    respelled = usage(currency="USD", occurred_at=sent.occurred_at.astimezone(
-        __import__("zoneinfo").ZoneInfo("Asia/Shanghai")))
+    respelled = usage(currency="USD", occurred_at=sent.occurred_at.astimezone(ZoneInfo("Asia/Shanghai")))
     again = usage_record(subscription=sub, producer=producer, usage=respelled)
     assert not again.created and again.record.pk == first.record.pk
     assert UsageRecord.objects.count() == 1
@@ -84,8 +87,6 @@ def test_the_same_id_for_another_subscription_is_a_conflict_too(policy, producer
 
 
 def test_two_producers_may_use_the_same_id(policy, producer):
-    from entitlements.api.tokens import service_token_create
-
     other, _ = service_token_create(name="other-meter", scopes=("usage:write",))
     sub = make_subscription()
     usage_record(subscription=sub, producer=producer, usage=usage())
@@ -198,3 +199,16 @@ def test_invoicing_refuses_unknown_records_and_a_blank_invoice(policy, producer)
     with pytest.raises(UsageRefused):
         usage_mark_invoiced(record_pks=[a.pk], provider_invoice_id="  ")
     assert UsageRecord.objects.get(pk=a.pk).invoiced_at is None
+
+
+def test_the_invoicing_command_marks_once_and_refuses_clearly(policy, producer):
+    sub = make_subscription()
+    a = usage_record(subscription=sub, producer=producer, usage=usage("a")).record
+    out = StringIO()
+    call_command("usage_mark_invoiced", "in_cmd_1", str(a.pk), stdout=out)
+    assert "Marked 1 usage record(s) invoiced on in_cmd_1" in out.getvalue()
+    with pytest.raises(CommandError, match="ALREADY_INVOICED.*nothing was changed"):
+        call_command("usage_mark_invoiced", "in_cmd_2", str(a.pk))
+    with pytest.raises(CommandError):
+        call_command("usage_mark_invoiced", "in_cmd_2", "not-a-number")
+    assert UsageRecord.objects.get(pk=a.pk).provider_invoice_id == "in_cmd_1"
