@@ -128,6 +128,20 @@ def _validate(usage: UsageInput, now: datetime) -> dict[str, str]:
     return errors
 
 
+def usage_check(subscription: Subscription, usage: UsageInput, now: datetime | None = None) -> dict[str, str]:
+    """The faults `usage_record` would refuse the record for, without writing (a batch checks every
+    record before it records any). The currency is checked again under the lock when recording."""
+    errors = _validate(usage, now or trusted_now())
+    currency = subscription_currency(subscription)
+    if "currency" not in errors and currency and usage.currency.lower() != currency:
+        errors["currency"] = _currency_fault(currency)
+    return errors
+
+
+def _currency_fault(currency: str) -> str:
+    return f"the subscription is billed in {currency}; report the cost in {currency}"
+
+
 def _replay_or_conflict(producer: ServiceToken, producer_record_id: str, digest: str) -> UsageOutcome | None:
     existing = UsageRecord.objects.filter(producer=producer, producer_record_id=producer_record_id).first()
     if existing is None:
@@ -159,8 +173,7 @@ def usage_record(*, subscription: Subscription, producer: ServiceToken, usage: U
                                    [_USAGE_LOCK_NAMESPACE, subscription.pk % 2**31])
             currency = subscription_currency(subscription)
             if currency and usage.currency.lower() != currency:
-                raise UsageInvalid({"currency": f"the subscription is billed in {currency}; "
-                                                f"report the cost in {currency}"})
+                raise UsageInvalid({"currency": _currency_fault(currency)})
             record = UsageRecord.objects.create(
                 subscription=subscription, producer=producer, producer_record_id=usage.producer_record_id,
                 metric=usage.metric, quantity=usage.quantity, cost=usage.cost, currency=usage.currency.lower(),

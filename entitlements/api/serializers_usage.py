@@ -74,3 +74,26 @@ class UsageExportSerializer(serializers.Serializer):
     currency = serializers.CharField(allow_blank=True)
     totals = UsageMetricTotalSerializer(many=True)
     records = UsageExportRecordSerializer(many=True)
+
+
+BATCH_MAX_RECORDS = 500
+
+
+class UsageBatchRequestSerializer(serializers.Serializer):
+    records = UsageRecordRequestSerializer(many=True, allow_empty=False, max_length=BATCH_MAX_RECORDS)
+
+
+class UsageBatchItemSerializer(serializers.Serializer):
+    index = serializers.IntegerField(help_text="Position of the record in the request.")
+    status = serializers.ChoiceField(choices=[201, 200, 422],
+                                     help_text="201 recorded; 200 already recorded, identical; 422 the id was "
+                                               "recorded with a different body (nothing changed).")
+    record = UsageRecordSerializer(allow_null=True, help_text="The stored record (null for a conflict).")
+    detail = serializers.CharField(allow_blank=True)
+
+
+class UsageBatchResultSerializer(serializers.Serializer):
+    created = serializers.IntegerField()
+    replayed = serializers.IntegerField()
+    conflicts = serializers.IntegerField()
+    results = UsageBatchItemSerializer(many=True)

@@ -14,6 +14,7 @@ from entitlements.api.views_usage import (
     SubscriptionUsageExportCsvView,
     SubscriptionUsageExportJsonView,
     SubscriptionUsageListView,
+    UsageRecordBatchView,
     UsageRecordCreateView,
 )
 from entitlements.api.views_write import (
@@ -37,6 +38,7 @@ urlpatterns = [
     path("v1/subscriptions/<str:ref>/usage/export.json", SubscriptionUsageExportJsonView.as_view(),
          name="subscription-usage-export-json"),
     path("v1/usage-records/", UsageRecordCreateView.as_view(), name="usage-records"),
+    path("v1/usage-records/batch/", UsageRecordBatchView.as_view(), name="usage-records-batch"),
     path("v1/subscriptions/<str:ref>", SubscriptionDetailView.as_view(), name="subscription-detail"),
     path("v1/cycles/<str:ref>", CycleDetailView.as_view(), name="cycle-detail"),
     path("v1/cycles/<str:ref>/transitions", CycleTransitionsView.as_view(), name="cycle-transitions"),

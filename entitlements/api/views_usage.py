@@ -9,6 +9,10 @@
   request is well formed, it contradicts what is stored, like ``idempotency-key-reused``);
   400 with field faults for malformed input; 404 for a subscription unknown or outside the token.
   Accepted whatever the subscription's entitlement profile, REVOKED included.
+- ``POST /api/v1/usage-records/batch/`` — up to 500 records. Every record is checked first (field
+  faults → 400, an unknown subscription → 404; nothing written). Then each is recorded on its own,
+  and the answer lists each outcome (201, 200 replay, 422 conflict): a conflicting id must not make
+  the producer drop the rest of its usage.
 - ``GET /api/v1/subscriptions/<ref>/usage/`` — the records, newest first (cursor pages).
 - ``GET /api/v1/subscriptions/<ref>/usage/export.csv`` / ``export.json`` — every record and the
   totals, in every entitlement profile: usage already consumed stays exportable when access ends.
@@ -35,12 +39,14 @@ from entitlements.api.idempotency import REPLAYED_HEADER
 from entitlements.api.problems import problem_response, problem_responses
 from entitlements.api.selectors import subscription_for_request
 from entitlements.api.serializers_usage import (
+    UsageBatchRequestSerializer,
+    UsageBatchResultSerializer,
     UsageExportSerializer,
     UsageRecordRequestSerializer,
     UsageRecordSerializer,
 )
 from entitlements.api.views_read import SUBSCRIPTION_REF
-from subscriptions.usage import UsageConflict, UsageInput, UsageInvalid, usage_record
+from subscriptions.usage import UsageConflict, UsageInput, UsageInvalid, usage_check, usage_record
 from subscriptions.usage_reads import export_csv_lines, export_rows, usage_records_of, usage_totals
 
 CSV_CONTENT_TYPE = "text/csv; charset=utf-8"
@@ -58,6 +64,12 @@ class CanRecordUsage(BasePermission):
 
 def _record_body(record: Any) -> dict[str, Any]:
     return UsageRecordSerializer(record).data
+
+
+def _usage_input(data: dict[str, Any]) -> UsageInput:
+    return UsageInput(producer_record_id=data["producer_record_id"], metric=data["metric"],
+                      quantity=data["quantity"], cost=data["cost"], currency=data["currency"],
+                      occurred_at=data["occurred_at"])
 
 
 class UsageRecordCreateView(APIView):
@@ -80,9 +92,7 @@ class UsageRecordCreateView(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         subscription = subscription_for_request(request, data["subscription"])
-        usage = UsageInput(producer_record_id=data["producer_record_id"], metric=data["metric"],
-                           quantity=data["quantity"], cost=data["cost"], currency=data["currency"],
-                           occurred_at=data["occurred_at"])
+        usage = _usage_input(data)
         try:
             outcome = usage_record(subscription=subscription, producer=request.user.token, usage=usage,
                                    now=trusted_now())
@@ -98,6 +108,47 @@ class UsageRecordCreateView(APIView):
             location = f"/api/v1/subscriptions/{subscription.pk}/usage/"
             return Response(body, status=201, headers={"Location": location})
         return Response(body, status=200, headers={REPLAYED_HEADER: "true"})
+
+
+class UsageRecordBatchView(APIView):
+    permission_classes = [CanRecordUsage]
+    throttle_scope = "usage_write"
+
+    @extend_schema(
+        operation_id="usage_record_batch", tags=["usage"], request=UsageBatchRequestSerializer,
+        summary="Report up to 500 usage records at once; each idempotent on its producer_record_id",
+        description="Every record is checked before any is recorded: a field fault answers 400 (field "
+                    "records.<i>.<name>) and an unknown subscription 404, with nothing written. Then each record is "
+                    "recorded on its own and `results` gives each outcome: 201 recorded, 200 already recorded "
+                    "identically, 422 its id was recorded with a different body (that record changes nothing; the "
+                    "others are still recorded, so no usage is lost to one conflict).",
+        responses={200: UsageBatchResultSerializer, **problem_responses(415)},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = UsageBatchRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        items = [(subscription_for_request(request, data["subscription"]), _usage_input(data))
+                 for data in serializer.validated_data["records"]]
+        now = trusted_now()
+        faults = {f"records.{i}.{field}": [message] for i, (subscription, usage) in enumerate(items)
+                  for field, message in usage_check(subscription, usage, now).items()}
+        if faults:
+            raise exceptions.ValidationError(faults)
+        results = []
+        for index, (subscription, usage) in enumerate(items):
+            try:
+                outcome = usage_record(subscription=subscription, producer=request.user.token, usage=usage, now=now)
+            except UsageConflict as conflict:
+                results.append({"index": index, "status": 422, "record": None, "detail": str(conflict)})
+            except UsageInvalid as invalid:  # the currency was set by a record racing this batch
+                raise exceptions.ValidationError({f"records.{index}.{field}": [message]
+                                                  for field, message in invalid.errors.items()}) from None
+            else:
+                results.append({"index": index, "status": 201 if outcome.created else 200,
+                                "record": outcome.record, "detail": ""})
+        counts = {status: sum(1 for r in results if r["status"] == status) for status in (201, 200, 422)}
+        return Response(UsageBatchResultSerializer({"created": counts[201], "replayed": counts[200],
+                                                    "conflicts": counts[422], "results": results}).data)
 
 
 class SubscriptionUsageListView(ListAPIView):

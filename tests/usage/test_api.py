@@ -156,3 +156,46 @@ def test_the_endpoints_are_in_the_openapi_schema(client, db):
     assert "text/csv" in paths["/api/v1/subscriptions/{ref}/usage/export.csv"]["get"]["responses"]["200"]["content"]
     assert "/api/v1/subscriptions/{ref}/usage/" in paths
     assert "/api/v1/subscriptions/{ref}/usage/export.json" in paths
+
+
+BATCH = "/api/v1/usage-records/batch/"
+
+
+def test_a_batch_records_each_and_reports_replays_and_conflicts_one_by_one(producer_client, policy):
+    sub = make_subscription()
+    producer_client.post(URL, body(sub, "old"), format="json")
+    producer_client.post(URL, body(sub, "clash"), format="json")
+    records = [body(sub, "new-1"), body(sub, "old"), body(sub, "clash", quantity=1), body(sub, "new-2", metric="calls")]
+    response = producer_client.post(BATCH, {"records": records}, format="json")
+    assert response.status_code == 200, response.content
+    data = response.json()
+    assert [r["status"] for r in data["results"]] == [201, 200, 422, 201]
+    assert (data["created"], data["replayed"], data["conflicts"]) == (2, 1, 1)
+    assert data["results"][2]["record"] is None and "clash" in data["results"][2]["detail"]
+    assert sorted(UsageRecord.objects.values_list("producer_record_id", flat=True)) == ["clash", "new-1", "new-2",
+                                                                                         "old"]
+    assert UsageRecord.objects.get(producer_record_id="clash").quantity == 1200  # the conflict changed nothing
+    again = producer_client.post(BATCH, {"records": records}, format="json").json()
+    assert [r["status"] for r in again["results"]] == [200, 200, 422, 200]
+
+
+@pytest.mark.parametrize("fault, field", [
+    ({"quantity": 0}, "records.1.quantity"),
+    ({"occurred_at": "2099-01-01T00:00:00Z"}, "records.1.occurred_at"),
+    ({"currency": "eur"}, "records.1.currency"),
+])
+def test_a_batch_with_one_bad_record_is_400_and_records_none(producer_client, policy, fault, field):
+    sub = make_subscription()
+    producer_client.post(URL, body(sub, "sets-usd"), format="json")
+    response = producer_client.post(BATCH, {"records": [body(sub, "ok"), body(sub, "bad", **fault)]}, format="json")
+    data = _problem(response, 400, "validation-error")
+    assert field in {e["field"] for e in data["errors"]}
+    assert list(UsageRecord.objects.values_list("producer_record_id", flat=True)) == ["sets-usd"]
+
+
+def test_a_batch_naming_an_unknown_subscription_is_404_and_records_none(producer_client, policy):
+    sub = make_subscription()
+    records = [body(sub, "ok"), body(sub, "lost", subscription="sub_unknown")]
+    _problem(producer_client.post(BATCH, {"records": records}, format="json"), 404, "not-found")
+    _problem(producer_client.post(BATCH, {"records": []}, format="json"), 400, "validation-error")
+    assert not UsageRecord.objects.exists()
