@@ -72,6 +72,7 @@ def test_the_admin_shows_usage_totals_invoiced_and_not_beside_the_debt(live_serv
     exported = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
     assert {r["provider_invoice_id"] for r in exported} == {"in_usage_nov", ""} and len(exported) == 3
     page.click("#usage-all")
+    page.wait_for_selector("#result_list")
     assert page.locator("#result_list tbody tr").count() == 3
     assert page.locator("#changelist").locator("a.addlink").count() == 0  # view only: no add button
 
