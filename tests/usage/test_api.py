@@ -13,7 +13,7 @@ from dunning.clock import trusted_now
 from dunning.models import DunningCycle
 from entitlements.api.tokens import service_token_create
 from subscriptions.models import UsageRecord
-from tests.support.actors import AGENTS, bearer_client, make_staff, session_client
+from tests.support.actors import AGENTS, LEADS, bearer_client, make_staff, perms_of, session_client
 from tests.support.builders import make_subscription
 
 pytestmark = pytest.mark.django_db
@@ -199,3 +199,10 @@ def test_a_batch_naming_an_unknown_subscription_is_404_and_records_none(producer
     _problem(producer_client.post(BATCH, {"records": records}, format="json"), 404, "not-found")
     _problem(producer_client.post(BATCH, {"records": []}, format="json"), 400, "validation-error")
     assert not UsageRecord.objects.exists()
+
+
+def test_both_staff_roles_may_view_usage_records_and_neither_change_them(db):
+    for group in (AGENTS, LEADS):
+        perms = perms_of(group)
+        assert "subscriptions.view_usagerecord" in perms
+        assert not {"subscriptions.change_usagerecord", "subscriptions.delete_usagerecord"} & perms
