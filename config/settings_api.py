@@ -10,6 +10,8 @@ API_THROTTLE_RATES = {
     "entitlement_read": os.environ.get("API_RATE_ENTITLEMENT_READ", "6000/min"),
     "billing_read": os.environ.get("API_RATE_BILLING_READ", "600/min"),
     "billing_write": os.environ.get("API_RATE_BILLING_WRITE", "60/min"),
+    # Producers report usage as it is metered: many small records, so far above staff writes.
+    "usage_write": os.environ.get("API_RATE_USAGE_WRITE", "6000/min"),
 }
 
 REST_FRAMEWORK = {

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from simple_history.models import HistoricalRecords
 
+from dunning.append_only import AppendOnlyModel
 from entitlements.profiles import FULL
 
 
@@ -128,3 +129,54 @@ class Invoice(models.Model):
 
     def __str__(self) -> str:
         return self.provider_invoice_id
+
+
+class UsageMetric(models.TextChoices):
+    """What a producer counts. New metrics are new choices (a state-only migration, no table change)."""
+
+    TOKENS = "tokens", "Tokens"
+    CALLS = "calls", "Calls"
+
+
+class UsageRecord(AppendOnlyModel):
+    """Usage a producer (an API client) reported for a subscription: tokens or calls and their cost.
+
+    Kept apart from subscription debt (seed 003: a failed payment must never lose usage already
+    consumed): no dunning cycle reads or writes it, it is accepted in every entitlement profile,
+    and it is never edited or deleted. The one later change is the provider invoicing it
+    (`invoiced_at`, `provider_invoice_id`), set once by `subscriptions.usage.usage_mark_invoiced`.
+    """
+
+    MUTABLE_FIELDS = frozenset({"invoiced_at", "provider_invoice_id"})
+
+    subscription = models.ForeignKey(Subscription, on_delete=models.PROTECT, related_name="usage_records")
+    producer = models.ForeignKey("entitlements.ServiceToken", on_delete=models.PROTECT, related_name="usage_records",
+                                 help_text="The API client that reported the usage.")
+    producer_record_id = models.CharField(
+        max_length=255, help_text="The producer's own id for the record: the idempotency key, with the producer.")
+    metric = models.CharField(max_length=32, choices=UsageMetric.choices)
+    quantity = models.PositiveBigIntegerField()
+    cost = models.BigIntegerField(help_text="Minor units (cents) of `currency`.")
+    currency = models.CharField(max_length=3, help_text="ISO 4217, lower case, the subscription's billing currency.")
+    occurred_at = models.DateTimeField(help_text="When the producer says the usage happened.")
+    received_at = models.DateTimeField(help_text="When we recorded it (trusted clock).")
+    body_digest = models.CharField(max_length=64, help_text="SHA-256 of the canonical record; a replay must match it.")
+    invoiced_at = models.DateTimeField(null=True, blank=True)
+    provider_invoice_id = models.CharField(max_length=255, blank=True, default="",
+                                           help_text="The provider invoice that bills this usage; empty until then.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["producer", "producer_record_id"], name="uniq_usage_producer_record"),
+            models.CheckConstraint(condition=models.Q(quantity__gt=0), name="usage_quantity_positive"),
+            models.CheckConstraint(condition=models.Q(cost__gte=0), name="usage_cost_non_negative"),
+            models.CheckConstraint(
+                condition=models.Q(invoiced_at__isnull=True, provider_invoice_id="")
+                | (models.Q(invoiced_at__isnull=False) & ~models.Q(provider_invoice_id="")),
+                name="usage_invoiced_both_or_neither"),
+        ]
+        indexes = [models.Index(fields=["subscription", "occurred_at"], name="usage_subscription_occurred")]
+        ordering = ["-occurred_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} {self.metric} for {self.subscription_id} ({self.producer_record_id})"

@@ -8,4 +8,5 @@ from dunning.admin import (  # noqa: F401  (registers the pages)
     operations,
     records,
     subscription_page,
+    usage_section,
 )

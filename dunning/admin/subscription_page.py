@@ -8,6 +8,7 @@ from dunning.admin.base import ViewOnlyAdmin, ViewOnlyInline
 from dunning.admin.decisions import ConsoleActionsMixin, allowed_actions
 from dunning.admin.filters import CycleStateFilter, SubscriptionAgeFilter, SubscriptionOwnerFilter
 from dunning.admin.timeline import subscription_console
+from dunning.admin.usage_section import usage_section
 from dunning.states import DELINQUENT_STATES
 from entitlements.models import EntitlementSnapshot
 from subscriptions.models import Customer, Invoice, Subscription
@@ -61,6 +62,7 @@ class SubscriptionAdmin(ConsoleActionsMixin, ViewOnlyAdmin, SimpleHistoryAdmin):
         sub = Subscription.objects.select_related("customer", "policy").filter(pk=object_id).first()
         if sub is not None:
             extra_context.update(subscription_console(sub, allowed=allowed_actions(request.user)))
+            extra_context.update(usage_section(sub))
         return super().change_view(request, object_id, form_url, extra_context)
 
 

@@ -6,6 +6,8 @@ Two kinds of principal:
   read-only: ``entitlements:read`` (the entitlement endpoint) and ``billing:read`` (subscription,
   cycles, transitions, policies). A token restricted to a provider account or cohort sees
   nothing outside it (404). A token can never write: writes need a person to name in the audit.
+  The one exception is ``usage:write``: a producer reporting usage it metered (issue 19) states a
+  consumption fact about itself, not a staff decision, and the token is the producer named on it.
 - a staff member with a session (CSRF enforced by DRF's SessionAuthentication) and the custom
   permissions on `ServiceToken` (granted to "Support agents" and "Billing leads").
 """
@@ -31,7 +33,8 @@ from entitlements.models import ServiceToken
 TOKEN_PREFIX = "dsvc_"
 SCOPE_ENTITLEMENTS_READ = "entitlements:read"
 SCOPE_BILLING_READ = "billing:read"
-TOKEN_SCOPES = (SCOPE_ENTITLEMENTS_READ, SCOPE_BILLING_READ)
+SCOPE_USAGE_WRITE = "usage:write"
+TOKEN_SCOPES = (SCOPE_ENTITLEMENTS_READ, SCOPE_BILLING_READ, SCOPE_USAGE_WRITE)
 
 PERM_READ = "entitlements.api_read"
 PERM_GRANT_EXCEPTION = "entitlements.api_grant_exception"

@@ -10,6 +10,13 @@ from entitlements.api.views_read import (
     SubscriptionDetailView,
     SubscriptionEntitlementView,
 )
+from entitlements.api.views_usage import (
+    SubscriptionUsageExportCsvView,
+    SubscriptionUsageExportJsonView,
+    SubscriptionUsageListView,
+    UsageRecordBatchView,
+    UsageRecordCreateView,
+)
 from entitlements.api.views_write import (
     AlertAcknowledgeView,
     AlertListView,
@@ -25,6 +32,13 @@ app_name = "api"
 urlpatterns = [
     path("v1/subscriptions/<str:ref>/entitlement", SubscriptionEntitlementView.as_view(),
          name="subscription-entitlement"),
+    path("v1/subscriptions/<str:ref>/usage/", SubscriptionUsageListView.as_view(), name="subscription-usage"),
+    path("v1/subscriptions/<str:ref>/usage/export.csv", SubscriptionUsageExportCsvView.as_view(),
+         name="subscription-usage-export-csv"),
+    path("v1/subscriptions/<str:ref>/usage/export.json", SubscriptionUsageExportJsonView.as_view(),
+         name="subscription-usage-export-json"),
+    path("v1/usage-records/", UsageRecordCreateView.as_view(), name="usage-records"),
+    path("v1/usage-records/batch/", UsageRecordBatchView.as_view(), name="usage-records-batch"),
     path("v1/subscriptions/<str:ref>", SubscriptionDetailView.as_view(), name="subscription-detail"),
     path("v1/cycles/<str:ref>", CycleDetailView.as_view(), name="cycle-detail"),
     path("v1/cycles/<str:ref>/transitions", CycleTransitionsView.as_view(), name="cycle-transitions"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -16,8 +16,10 @@ from dunning.clock import trusted_now
 from dunning.models import DunningCycle
 from subscriptions.billing.actions import invoice_action
 from subscriptions.billing.plan_names import interval_words, plan_label, product_name
+from subscriptions.billing.usage_card import usage_card
 from subscriptions.billing.wording import access_text, limits, moment, money
 from subscriptions.models import InvoiceStatus, Subscription
+from subscriptions.usage_reads import export_csv_lines
 
 OPEN_STATUSES = (InvoiceStatus.OPEN, InvoiceStatus.UNCOLLECTIBLE)
 # The retry service's details are for staff; customers read these.
@@ -76,7 +78,18 @@ def subscription_page(request: HttpRequest, pk: int) -> HttpResponse:
         "sub": sub, "access": access, "limits": limits(access.profile), "open_invoices": open_invoices,
         "plan": product or interval_words(sub), "billed": interval_words(sub) if product else "",
         "support_email": settings.DUNNING_SUPPORT_EMAIL,
+        "usage": usage_card(sub, now, open_invoice=bool(open_invoices)),
     })
+
+
+@login_required
+def usage_export(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+    """The customer's own usage as CSV, in every access profile: usage already consumed stays theirs
+    to download even when access has ended."""
+    sub = get_object_or_404(_own_subscriptions(request), pk=pk)
+    response = StreamingHttpResponse(export_csv_lines(sub), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="usage-{sub.pk}.csv"'
+    return response
 
 
 def _own_cycle(request: HttpRequest, pk: int, cycle_pk: int) -> Subscription:

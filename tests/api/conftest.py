@@ -11,7 +11,8 @@ from entitlements.api.tokens import service_token_create
 from tests.support.actors import AGENTS, LEADS, bearer_client, make_staff, make_user, session_client
 from tests.support.builders import fail_first_payment, local_policy, make_subscription, open_cycle
 
-RELAXED_RATES = {"entitlement_read": "100000/min", "billing_read": "100000/min", "billing_write": "100000/min"}
+RELAXED_RATES = {"entitlement_read": "100000/min", "billing_read": "100000/min", "billing_write": "100000/min",
+                 "usage_write": "100000/min"}
 
 
 @pytest.fixture(autouse=True)

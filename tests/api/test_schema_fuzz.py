@@ -34,6 +34,8 @@ def test_the_schema_is_published_and_lists_every_endpoint(client, db):
         "/api/v1/cycles/{ref}/transitions", "/api/v1/cycles/{ref}/exception", "/api/v1/cycles/{ref}/retry",
         "/api/v1/policies", "/api/v1/events/{event_id}/reprocess", "/api/v1/alerts",
         "/api/v1/alerts/{alert_id}/acknowledge", "/api/v1/alerts/{alert_id}/resolve",
+        "/api/v1/usage-records/", "/api/v1/usage-records/batch/", "/api/v1/subscriptions/{ref}/usage/",
+        "/api/v1/subscriptions/{ref}/usage/export.csv", "/api/v1/subscriptions/{ref}/usage/export.json",
     }
     assert "serviceToken" in response.json()["components"]["securitySchemes"]
 

@@ -28,6 +28,8 @@ ROLE_MIGRATIONS = (
     ("agentpay.migrations.0008_tenant_webhooks", "grant"),
     ("agentpay.migrations.0011_tenant_customer_links", "grant"),
     ("agentpay.migrations.0012_onchain_admin_grants", "grant"),
+    ("entitlements.migrations.0003_api_role_permissions", "grant"),
+    ("subscriptions.migrations.0004_usage_records", "grant"),
 )
 
 
