@@ -2,4 +2,4 @@
 
 Django's admin autodiscovery imports `dunning.admin`; each module below registers its pages."""
 
-from dunning.admin import operations, records, subscription_page  # noqa: F401  (registers the pages)
+from dunning.admin import operations, records, rollout_page, subscription_page  # noqa: F401  (registers the pages)
