@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TypeVar
 
-from dunning.policy.document import PROFILES, PolicyDocument
+from dunning.policy.document import PROFILES, PolicyDocument, format_iso_duration
 
 NEVER = timedelta.max
 T = TypeVar("T")
@@ -35,9 +35,9 @@ def at_least_as_permissive(candidate: PolicyDocument, current: PolicyDocument) -
 
 
 def describe(spec: PolicyDocument) -> str:
-    grace = f"grace {spec.grace_duration}" if spec.has_grace else "no grace"
-    cancel = ("manual cancellation only" if spec.cancel_after == "MANUAL_ONLY"
-              else f"cancels {spec.cancel_after_restricted} after restriction")
+    grace = f"grace {format_iso_duration(spec.grace_duration)}" if spec.has_grace else "no grace"
+    cancel = ("manual cancellation only" if spec.cancel_after == "MANUAL_ONLY" or not spec.cancel_after_restricted
+              else f"cancels {format_iso_duration(spec.cancel_after_restricted)} after restriction")
     return f"{spec.identity}: {grace}, restricted {spec.restricted_profile}, {cancel}"
 
 
