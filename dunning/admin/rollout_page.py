@@ -51,6 +51,10 @@ class RollbackForm(_Decision):
 
 @admin.register(RolloutStage)
 class RolloutAdmin(ViewOnlyAdmin):
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Every member of the support console reads the rollout; only leads decide (ROLLOUT_PERMISSION).
+        return request.user.is_active and request.user.is_staff and request.user.has_module_perms("dunning")
+
     def get_urls(self):  # noqa: ANN201
         wrap = self.admin_site.admin_view
         return [path("promote/", wrap(self.promote_view), name="dunning_rollout_promote"),
