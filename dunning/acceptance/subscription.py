@@ -171,7 +171,8 @@ def _follow_plan(subscription: Subscription, update: ContractUpdate, changed: li
     return notes
 
 
-def _rebind_with_open_cycles(subscription: Subscription, policy_pk: int | None) -> str:
+def _bind(subscription: Subscription, policy_pk: int | None) -> tuple[DunningPolicy, DunningPolicy]:
+    """Bind the subscription itself to the policy; (previous, new)."""
     policy = DunningPolicy.objects.filter(pk=policy_pk).first()
     if policy is None:
         raise Refusal("UNKNOWN_POLICY", f"no published policy {policy_pk}")
@@ -180,6 +181,11 @@ def _rebind_with_open_cycles(subscription: Subscription, policy_pk: int | None) 
         raise Refusal("ALREADY_BOUND", f"subscription is already bound to {policy.identity}")
     subscription.policy = policy
     subscription.save(update_fields=["policy", "updated_at"])
+    return previous, policy
+
+
+def _rebind_with_open_cycles(subscription: Subscription, policy_pk: int | None) -> str:
+    previous, policy = _bind(subscription, policy_pk)
     open_cycles = DunningCycle.objects.select_for_update().filter(subscription=subscription, state__in=OPEN_STATES)
     for cycle in open_cycles:
         cycle.policy = policy
@@ -189,14 +195,7 @@ def _rebind_with_open_cycles(subscription: Subscription, policy_pk: int | None) 
 
 
 def _rebind_new_cycles_only(subscription: Subscription, policy_pk: int | None) -> str:
-    policy = DunningPolicy.objects.filter(pk=policy_pk).first()
-    if policy is None:
-        raise Refusal("UNKNOWN_POLICY", f"no published policy {policy_pk}")
-    previous = subscription.policy
-    if previous.pk == policy.pk:
-        raise Refusal("ALREADY_BOUND", f"subscription is already bound to {policy.identity}")
-    subscription.policy = policy
-    subscription.save(update_fields=["policy", "updated_at"])
+    previous, policy = _bind(subscription, policy_pk)
     open_count = DunningCycle.objects.filter(subscription=subscription, state__in=OPEN_STATES).count()
     return (f"rebound forward from {previous.identity} to {policy.identity} for new cycles; "
             f"{open_count} open cycle(s) keep {previous.identity}")

@@ -44,7 +44,7 @@ def policy_facts(policy: DunningPolicy) -> PolicyFacts:
 
 
 def subscription_review(subscription: Subscription, *, now: datetime) -> SubscriptionReview:
-    """The evaluator's input for one subscription as stored now (four queries)."""
+    """The evaluator's input for one subscription as stored now (five queries: four, and the rollout stage)."""
     sub = Subscription.objects.select_related("policy").get(pk=subscription.pk)
     cycles = list(
         DunningCycle.objects.filter(subscription=sub).select_related("invoice", "policy").order_by("opened_at", "pk")
