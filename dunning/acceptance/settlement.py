@@ -16,7 +16,7 @@ from dunning.clock import trusted_now
 from dunning.models import ENTITLEMENT_CHANGED_TOPIC, DunningCycle, OutboxMessage, TransitionReceipt
 from dunning.policy.cache import policy_spec
 from dunning.policy.document import PolicyDocument
-from dunning.policy.rollout import enforces_access, sends_notifications
+from dunning.policy.rollout import SHADOW_DECISION, Stage, effective_stage, enforces_access, sends_notifications
 from dunning.states import DELINQUENT_STATES
 from entitlements.models import EntitlementSnapshot
 from entitlements.profiles import get_profile, most_restrictive
@@ -108,26 +108,30 @@ def settle_subscription(*, subscription: Subscription, changed_cycle: DunningCyc
     """Recompute the aggregate, write the receipt, issue a snapshot when the decision changed (or
     `force_new_generation`), save the subscription, and write the outbox rows."""
     spec = policy_spec(subscription.policy)
-    decided = _decide(subscription, changed_cycle, now, spec, accepted.notes,
+    stage = effective_stage(spec, subscription.cohort)  # read once: both access and messages follow it
+    decided = _decide(subscription, changed_cycle, now, spec, stage, accepted.notes,
                       force_new_generation=force_new_generation, first_snapshot=first_snapshot)
     receipt = _write_receipt(subscription, changed_cycle, now, accepted, decided)
     _save_subscription(subscription, receipt, now, decided)
-    _request_outbox(subscription, changed_cycle, now, accepted, spec, receipt)
+    _request_outbox(subscription, changed_cycle, now, accepted, spec, stage, receipt)
     return Settled(receipt=receipt, snapshot_issued=decided.issue)
 
 
 def _decide(subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime, spec: PolicyDocument,
-            notes: tuple[str, ...], *, force_new_generation: bool, first_snapshot: bool) -> _Decided:
+            stage: Stage, notes: tuple[str, ...], *, force_new_generation: bool, first_snapshot: bool) -> _Decided:
     root_before = subscription.outstanding_cycle_root
     root, decision = compute_aggregate(subscription, changed_cycle, now)
     # A subscription's first snapshot is issued whatever the mode: runtime services must be able
     # to read an entitlement for every subscription at once (SPEC §8 "Mirrors").
     enforce = first_snapshot or enforces_access(spec, subscription_key=subscription.provider_subscription_id,
-                                                cohort=subscription.cohort)
+                                                cohort=subscription.cohort, subscription_pk=subscription.pk, now=now,
+                                                stage=stage)
     issue = enforce and (decision.profile != subscription.entitlement_profile or force_new_generation)
     detail = "; ".join([decision.reason, *notes])
     if not enforce:
-        detail += f"; mode {spec.mode}: decision recorded, access unchanged"
+        # The shadow report (dunning.rollout.shadow_report) finds these receipts by this phrase.
+        outside = " (outside the rollout)" if stage.mode == "ENFORCE" else ""
+        detail += f"; mode {stage.mode}{outside}: {SHADOW_DECISION}"
     generation = subscription.entitlement_generation + 1 if issue else subscription.entitlement_generation
     return _Decided(root_before=root_before, root=root, decision=decision, issue=issue, generation=generation,
                     detail=detail)
@@ -184,11 +188,12 @@ def _issue_snapshot(subscription: Subscription, receipt: TransitionReceipt, now:
 
 
 def _request_outbox(subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime,
-                    accepted: Accepted, spec: PolicyDocument, receipt: TransitionReceipt) -> None:
+                    accepted: Accepted, spec: PolicyDocument, stage: Stage, receipt: TransitionReceipt) -> None:
     """The notification the edge asks for (when the policy sends them) and its other side effects."""
     notification = accepted.notification
     if notification and changed_cycle is not None and sends_notifications(
-        spec, subscription_key=subscription.provider_subscription_id, cohort=subscription.cohort
+        spec, subscription_key=subscription.provider_subscription_id, cohort=subscription.cohort,
+        subscription_pk=subscription.pk, now=now, stage=stage,
     ):
         _outbox(receipt, "notification.requested",
                 f"notification:{changed_cycle.cycle_id}:{notification}:{changed_cycle.generation}", {

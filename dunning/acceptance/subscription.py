@@ -15,6 +15,9 @@ rejected):
 - ``rebind_policy``: bind the subscription and its open cycles to another policy (an incident
   rolls a cohort back to the previous version); each open cycle's generation moves, so callers
   holding the old policy expectation are refused.
+- ``rebind_policy_forward``: bind the subscription to a newer policy for *new* cycles only (a
+  rollout moves a cohort forward); open cycles keep the policy they were opened under. Fenced on
+  the root and on the policy the caller saw (``expect_policy_pk``).
 
 None of them touches invoices, attempts or money facts: they never fabricate a payment.
 """
@@ -41,7 +44,8 @@ from subscriptions.models import Subscription
 
 log = logging.getLogger(__name__)
 
-SUBSCRIPTION_CHANGES = ("contract_update", "contract_recheck", "reissue_entitlement", "rebind_policy")
+SUBSCRIPTION_CHANGES = ("contract_update", "contract_recheck", "reissue_entitlement", "rebind_policy",
+                        "rebind_policy_forward")
 TIME_GUARDED = frozenset({"contract_recheck", "contract_update"})
 
 
@@ -51,6 +55,7 @@ class SubscriptionExpect:
 
     root: str | None = None
     contract_revision: int | None = None
+    policy_pk: int | None = None
 
 
 def subscription_accept_change(
@@ -61,6 +66,7 @@ def subscription_accept_change(
     expect_root: str | None = None,
     expect_contract_revision: int | None = None,
     policy_pk: int | None = None,
+    expect_policy_pk: int | None = None,
     contract: ContractUpdate | None = None,
     evidence: Evidence | None = None,
     now: datetime | None = None,
@@ -70,7 +76,8 @@ def subscription_accept_change(
         raise ValueError(f"unknown subscription change {change!r}; known: {', '.join(SUBSCRIPTION_CHANGES)}")
     now = now or trusted_now()
     evidence = evidence or Evidence()
-    expect = SubscriptionExpect(root=expect_root, contract_revision=expect_contract_revision)
+    expect = SubscriptionExpect(root=expect_root, contract_revision=expect_contract_revision,
+                                policy_pk=expect_policy_pk)
     try:
         with transaction.atomic(durable=True), acceptance_scope():
             subscription = Subscription.objects.select_for_update().select_related("policy").get(pk=subscription_pk)
@@ -80,6 +87,8 @@ def subscription_accept_change(
             notes: list[str] = []
             if change == "rebind_policy":
                 notes.append(_rebind_with_open_cycles(subscription, policy_pk))
+            elif change == "rebind_policy_forward":
+                notes.append(_rebind_new_cycles_only(subscription, policy_pk))
             elif change == "contract_update":
                 if contract is None:
                     raise ValueError("contract_update needs the contract as fetched")
@@ -105,6 +114,9 @@ def _compare_and_set(expect: SubscriptionExpect, subscription: Subscription) -> 
     if expect.contract_revision is not None and expect.contract_revision != subscription.contract_revision:
         raise Refusal("STALE_CONTRACT_REVISION",
                       f"expected contract revision {expect.contract_revision}, found {subscription.contract_revision}")
+    if expect.policy_pk is not None and expect.policy_pk != subscription.policy_id:
+        raise Refusal("POLICY_MOVED", f"expected policy {expect.policy_pk}, the subscription is bound to "
+                                      f"{subscription.policy_id}")
 
 
 def _require_now_not_ahead(subscription: Subscription, now: datetime) -> None:
@@ -159,7 +171,8 @@ def _follow_plan(subscription: Subscription, update: ContractUpdate, changed: li
     return notes
 
 
-def _rebind_with_open_cycles(subscription: Subscription, policy_pk: int | None) -> str:
+def _bind(subscription: Subscription, policy_pk: int | None) -> tuple[DunningPolicy, DunningPolicy]:
+    """Bind the subscription itself to the policy; (previous, new)."""
     policy = DunningPolicy.objects.filter(pk=policy_pk).first()
     if policy is None:
         raise Refusal("UNKNOWN_POLICY", f"no published policy {policy_pk}")
@@ -168,12 +181,24 @@ def _rebind_with_open_cycles(subscription: Subscription, policy_pk: int | None) 
         raise Refusal("ALREADY_BOUND", f"subscription is already bound to {policy.identity}")
     subscription.policy = policy
     subscription.save(update_fields=["policy", "updated_at"])
+    return previous, policy
+
+
+def _rebind_with_open_cycles(subscription: Subscription, policy_pk: int | None) -> str:
+    previous, policy = _bind(subscription, policy_pk)
     open_cycles = DunningCycle.objects.select_for_update().filter(subscription=subscription, state__in=OPEN_STATES)
     for cycle in open_cycles:
         cycle.policy = policy
         cycle.generation += 1
         cycle.save()
     return f"rebound from {previous.identity} to {policy.identity}"
+
+
+def _rebind_new_cycles_only(subscription: Subscription, policy_pk: int | None) -> str:
+    previous, policy = _bind(subscription, policy_pk)
+    open_count = DunningCycle.objects.filter(subscription=subscription, state__in=OPEN_STATES).count()
+    return (f"rebound forward from {previous.identity} to {policy.identity} for new cycles; "
+            f"{open_count} open cycle(s) keep {previous.identity}")
 
 
 def _record_rejection(subscription_pk: int, change: str, expect: SubscriptionExpect, cause: Cause,
@@ -184,7 +209,8 @@ def _record_rejection(subscription_pk: int, change: str, expect: SubscriptionExp
             subscription=subscription, cycle=None, edge=change, accepted=False, from_state="",
             rejection_reason=refusal.code, detail=refusal.detail, cause_kind=cause.kind, cause_ref=cause.ref,
             actor=cause.actor, actor_user=cause.user, reason=cause.reason, ticket=cause.ticket,
-            expected={"root": expect.root, "contract_revision": expect.contract_revision},
+            expected={"root": expect.root, "contract_revision": expect.contract_revision,
+                      "policy": expect.policy_pk},
             observed={"root": subscription.outstanding_cycle_root, "contract_revision": subscription.contract_revision,
                       "contract_phase": subscription.contract_phase},
             root_before=subscription.outstanding_cycle_root, root_after=subscription.outstanding_cycle_root,

@@ -16,6 +16,8 @@ from dunning.acceptance.inputs import Cause
 from dunning.acceptance.subscription import subscription_accept_change
 from dunning.clock import trusted_now
 from dunning.models import DunningPolicy, IncidentSwitch
+from dunning.policy.cache import policy_spec
+from dunning.policy.permissiveness import describe, most_permissive_not_stricter
 from subscriptions.models import Subscription
 
 
@@ -70,11 +72,18 @@ def incident_end(*, switch: IncidentSwitch, user: Any, reason: str = "incident e
 
 
 def previous_policy_version(policy: DunningPolicy) -> DunningPolicy:
-    previous = (DunningPolicy.objects.filter(name=policy.name, version__lt=policy.version)
-                .order_by("-version").first())
-    if previous is None:
+    """The rollback target: the MORE PERMISSIVE earlier version of `policy`, comparing the documents
+    (grace, restricted profile, cancellation timing; see dunning.policy.permissiveness), not simply
+    version - 1. An earlier version stricter on any axis is never chosen."""
+    earlier = list(DunningPolicy.objects.filter(name=policy.name, version__lt=policy.version).order_by("-version"))
+    if not earlier:
         raise IncidentError(f"{policy.identity} has no previous version to roll back to")
-    return previous
+    current = policy_spec(policy)
+    chosen = most_permissive_not_stricter(current, ((policy_spec(p), p) for p in earlier))
+    if chosen is None:
+        raise IncidentError(f"no previous version of {policy.identity} is at least as permissive "
+                            f"({describe(current)}); every earlier one is stricter somewhere")
+    return chosen
 
 
 def cohort_rebind_to_previous(*, policy: DunningPolicy, cohort: str, user: Any, reason: str, ticket: str,

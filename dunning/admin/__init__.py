@@ -7,6 +7,7 @@ from dunning.admin import (  # noqa: F401  (registers the pages)
     duties,
     operations,
     records,
+    rollout_page,
     subscription_page,
     usage_section,
 )

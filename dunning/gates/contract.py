@@ -59,7 +59,8 @@ def _gate_ended_contract_access(now: datetime, specs: _PolicySpecs) -> Gate:
     for sub in ended_contracts(now).order_by("pk").iterator(chunk_size=BATCH):
         checked += 1
         spec = specs[sub.policy_id]
-        if not enforces_access(spec, subscription_key=sub.provider_subscription_id, cohort=sub.cohort):
+        if not enforces_access(spec, subscription_key=sub.provider_subscription_id, cohort=sub.cohort,
+                               subscription_pk=sub.pk, now=now, stage=specs.stage(spec, sub.cohort)):
             continue
         if sub.entitlement_profile == FULL and is_ended(contract_phase(ContractView.of(sub), now)):
             offenders.add(sub.provider_subscription_id, "FULL now on an ended contract")

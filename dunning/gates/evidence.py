@@ -78,7 +78,8 @@ def _gates_root_and_full_restoration(specs: _PolicySpecs) -> tuple[Gate, Gate]:
                 root_offenders.add(sub["provider_subscription_id"])
             if FULL in (sub["entitlement_profile"], sub["newest_profile"]) and any(map(is_blocking, sub_views)):
                 spec = specs[sub["policy_id"]]
-                if not enforces_access(spec, subscription_key=sub["provider_subscription_id"], cohort=sub["cohort"]):
+                if not enforces_access(spec, subscription_key=sub["provider_subscription_id"], cohort=sub["cohort"],
+                                       subscription_pk=sub["pk"], stage=specs.stage(spec, sub["cohort"])):
                     continue
                 decision = aggregate_decision(sub_views, recover_with_remaining_debt=spec.recover_with_remaining_debt)
                 if decision.profile != FULL:

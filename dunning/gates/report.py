@@ -11,6 +11,7 @@ from typing import Any
 from dunning.models import DunningPolicy
 from dunning.policy.cache import policy_spec
 from dunning.policy.document import PolicyDocument
+from dunning.policy.rollout import StageMemo
 
 from .definitions import BATCH, DETAIL_LIMIT, GATE_DEFINITIONS
 
@@ -108,6 +109,8 @@ class _PolicySpecs:
 
     def __init__(self) -> None:
         self._specs: dict[int, PolicyDocument] = {}
+        # The rollout stage in force, read once per (policy, cohort) for the whole evaluation.
+        self.stage = StageMemo()
 
     def __getitem__(self, policy_id: int) -> PolicyDocument:
         if policy_id not in self._specs:

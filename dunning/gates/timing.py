@@ -50,12 +50,13 @@ def _gate_payment_to_recovery_p99(now: datetime, specs: _PolicySpecs) -> Gate:
                             full_at=Subquery(first_full.values("issued_at")[:1])))
     rows = recoveries.values_list("cycle__cycle_id", "trusted_time", "root_after", "policy_id",
                                   "subscription__policy_id", "subscription__provider_subscription_id",
-                                  "subscription__cohort", "event_fk_at", "event_payload_at", "fact_at", "full_at")
+                                  "subscription__cohort", "event_fk_at", "event_payload_at", "fact_at", "full_at",
+                                  "subscription_id")
     latencies: list[float] = []
     offenders = _Offenders()
     unmeasured = 0
     for (cycle_id, decided_at, root_after, policy_id, sub_policy_id, sub_key, cohort, event_fk_at, event_payload_at,
-         fact_at, full_at) in rows.iterator(chunk_size=BATCH):
+         fact_at, full_at, subscription_pk) in rows.iterator(chunk_size=BATCH):
         events = [t for t in (event_fk_at, event_payload_at) if t is not None]
         start = min(events) if events else fact_at
         if start is None:
@@ -64,7 +65,9 @@ def _gate_payment_to_recovery_p99(now: datetime, specs: _PolicySpecs) -> Gate:
             continue
         end = decided_at
         spec = specs[policy_id or sub_policy_id]
-        if root_after == EMPTY_ROOT and enforces_access(spec, subscription_key=sub_key, cohort=cohort):
+        if root_after == EMPTY_ROOT and enforces_access(spec, subscription_key=sub_key, cohort=cohort,
+                                                        subscription_pk=subscription_pk, now=now,
+                                                        stage=specs.stage(spec, cohort)):
             end = max(end, full_at) if full_at is not None else now
         latency = max((end - start).total_seconds(), 0.0)
         latencies.append(latency)

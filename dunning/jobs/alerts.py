@@ -196,7 +196,8 @@ def not_restored_reason(invoice: Invoice | None, *, unfinished_events: int) -> s
     if subscription.entitlement_profile == FULL:
         return ""
     spec = policy_spec(subscription.policy)
-    if not enforces_access(spec, subscription_key=subscription.provider_subscription_id, cohort=subscription.cohort):
+    if not enforces_access(spec, subscription_key=subscription.provider_subscription_id, cohort=subscription.cohort,
+                           subscription_pk=subscription.pk):
         return ""
     _, decision = compute_aggregate(subscription, None)
     if decision.profile != FULL:

@@ -135,7 +135,8 @@ def _remind(run: JobReport, pk: int) -> None:
             return
         spec = policy_spec(cycle.policy)
         sub = cycle.subscription
-        if not sends_notifications(spec, subscription_key=sub.provider_subscription_id, cohort=sub.cohort):
+        if not sends_notifications(spec, subscription_key=sub.provider_subscription_id, cohort=sub.cohort,
+                                   subscription_pk=sub.pk, now=run.now):
             return
         slot = due_reminder_slot(spec.reminders_before_grace_end, cycle.grace_expires_at, run.now)
         if slot is None:

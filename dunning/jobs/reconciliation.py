@@ -626,7 +626,8 @@ def _compare_subscription(subscription: Subscription, findings: Findings) -> Non
                      f"but its blocking cycles recompute to {root[:12]}… ({decision.blocking_count} blocking).",
                      **ids, stored_root=subscription.outstanding_cycle_root, recomputed_root=root)
     spec = policy_spec(subscription.policy)
-    enforced = enforces_access(spec, subscription_key=name, cohort=subscription.cohort)
+    enforced = enforces_access(spec, subscription_key=name, cohort=subscription.cohort,
+                               subscription_pk=subscription.pk, now=clock)
     if enforced and decision.profile != subscription.entitlement_profile and not _contract_settling(subscription,
                                                                                                    clock):
         findings.add(Kind.ENTITLEMENT_MISMATCH,

@@ -33,12 +33,13 @@ from dunning.models.operations import (
 )
 from dunning.models.permissions import SupportConsole
 from dunning.models.policy import DunningPolicy
+from dunning.models.rollout import RolloutStage
 
 __all__ = [
     "ALERT_RAISED_TOPIC", "AlertChannel", "AlertDelivery", "AlertDeliveryAttempt", "AlertDeliveryStatus",
     "Alert", "AlertKind", "IncidentSwitch", "JobRun", "NotificationDelivery", "ReconciliationReport",
     "AttemptOrigin", "CauseKind", "DunningCycle", "DunningPolicy", "ENTITLEMENT_CHANGED_TOPIC", "EventOutcome",
     "FactKind", "MonetaryFact", "OutboxMessage", "PAID_EVENT_TYPES", "PaymentAttempt", "ProviderEvent",
-    "ProviderReceipt", "SupportConsole", "TransitionReceipt", "Verification", "WebhookDelivery",
+    "ProviderReceipt", "RolloutStage", "SupportConsole", "TransitionReceipt", "Verification", "WebhookDelivery",
     "CompensationAction", "CompensationCase", "SampleReview", "SampleReviewItem", "SampleVerdict",
 ]

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from dunning.policy.durations import format_iso_duration, parse_iso_duration
+from dunning.policy.low_risk import check_low_risk
 from dunning.policy.vocabulary import (
     ACCEPTED_KEYS,
     CAMEL_CASE_KEYS,
@@ -271,11 +272,15 @@ class _Checker:
         """clock, mode, rollout."""
         clock = self.choice("clock", self.field("clock", default="DATABASE"), CLOCKS, "clock")
         mode = self.choice("mode", self.field("mode", default="SHADOW"), MODES, "mode")
-        rollout = self.section("rollout", ("percent", "cohort")) or {}
+        rollout = self.section("rollout", ("percent", "cohort", "low_risk")) or {}
         percent = self.integer("rollout.percent", rollout.get("percent", 100), 0, 100,
                                "an integer from 0 to 100")
         rollout_cohort = self.text("rollout.cohort", rollout.get("cohort", "default"))
-        return {"clock": clock, "mode": mode, "rollout": {"percent": percent, "cohort": rollout_cohort}}
+        stated = {"percent": percent, "cohort": rollout_cohort}
+        low_risk = check_low_risk(self, rollout.get("low_risk"))
+        if low_risk is not None:  # only when stated: older documents keep their digest
+            stated["low_risk"] = low_risk
+        return {"clock": clock, "mode": mode, "rollout": stated}
 
     def contract_access(self) -> dict[str, str] | None:
         """Contract state → the most access it allows; states left out keep their default."""

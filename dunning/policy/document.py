@@ -34,6 +34,7 @@ import yaml
 
 from dunning.policy.checks import _Checker
 from dunning.policy.durations import format_iso_duration, parse_iso_duration
+from dunning.policy.low_risk import LowRisk
 from dunning.policy.vocabulary import (
     BUILTIN_FAILURE_CLASSES,
     DEFAULT_CONTRACT_ACCESS,
@@ -98,6 +99,8 @@ class PolicyDocument:
     rollout_percent: int
     rollout_cohort: str
     canonical: dict[str, Any]
+    # Who may join a partial rollout (None: everyone in the bucket); see dunning.policy.low_risk.
+    rollout_low_risk: LowRisk | None = None
     # Contract state → the most access it allows (DEFAULT_CONTRACT_ACCESS unless the policy says).
     contract_access: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CONTRACT_ACCESS))
 
@@ -188,6 +191,7 @@ def _document(c: dict[str, Any]) -> PolicyDocument:
         exception_requires=tuple(exceptions["requires"]), clock=c["clock"], mode=c["mode"],
         rollout_percent=c["rollout"]["percent"], rollout_cohort=c["rollout"]["cohort"], canonical=c,
         contract_access=dict(c.get("contract_access") or DEFAULT_CONTRACT_ACCESS),
+        rollout_low_risk=LowRisk.of(c["rollout"].get("low_risk")),
     )
 
 

@@ -44,7 +44,7 @@ def policy_facts(policy: DunningPolicy) -> PolicyFacts:
 
 
 def subscription_review(subscription: Subscription, *, now: datetime) -> SubscriptionReview:
-    """The evaluator's input for one subscription as stored now (four queries)."""
+    """The evaluator's input for one subscription as stored now (five queries: four, and the rollout stage)."""
     sub = Subscription.objects.select_related("policy").get(pk=subscription.pk)
     cycles = list(
         DunningCycle.objects.filter(subscription=sub).select_related("invoice", "policy").order_by("opened_at", "pk")
@@ -105,7 +105,8 @@ def subscription_review(subscription: Subscription, *, now: datetime) -> Subscri
         subscription_id=str(sub.pk), billing_interval=sub.billing_interval, price_id=sub.price_id,
         entitlement_profile=sub.entitlement_profile, policy=facts_for(sub.policy), now=now,
         cycles=tuple(reviews), expected_profile=decision.profile,
-        enforces_access=enforces_access(spec, subscription_key=sub.provider_subscription_id, cohort=sub.cohort),
+        enforces_access=enforces_access(spec, subscription_key=sub.provider_subscription_id, cohort=sub.cohort,
+                                        subscription_pk=sub.pk, now=now),
         provider_status=sub.provider_status, provider_subscription_id=sub.provider_subscription_id,
     )
 
