@@ -2,5 +2,5 @@
 `dunning.jobs.framework.JOBS`). DunningConfig.ready imports this module once, so the registry is
 complete wherever Django runs: a worker, beat, `manage.py run_jobs`, a test."""
 
-from dunning.jobs import alerts, contract_jobs, cycle_jobs, inbox, messaging, reconciliation  # noqa: F401
+from dunning.jobs import alerts, contract_jobs, cycle_jobs, inbox, messaging, reconciliation, retention  # noqa: F401
 from entitlements import jobs as entitlement_jobs  # noqa: F401

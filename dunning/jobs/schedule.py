@@ -22,6 +22,7 @@ JOB_CADENCE: dict[str, int] = {
     "entitlement_push": 30,
     "alerts": 60,
     "reconciliation": 86400,
+    "purge_raw_bodies": 86400,  # raw provider bodies past RAW_BODY_RETENTION_DAYS: jobs/retention.py
 }
 
 CATCH_UP_ORDER: tuple[str, ...] = tuple(JOB_CADENCE)

@@ -16,7 +16,7 @@ from dunning.models import JobRun
 
 SPEC_JOBS = {"grace_expiry", "restriction", "cancellation", "unknown_payments", "exception_expiry", "local_retries",
              "outbox_relay", "reminders", "reconciliation", "alerts", "inbox_sweep",
-             "entitlement_push", "contract_deadlines"}
+             "entitlement_push", "contract_deadlines", "purge_raw_bodies"}
 
 
 def test_every_job_is_registered_scheduled_and_ordered():
