@@ -14,13 +14,14 @@ from dunning.clock import trusted_now
 from dunning.evidence.receipts import receipt_record
 from dunning.jobs.framework import job_run
 from dunning.models import EventOutcome, ProviderEvent, ProviderReceipt, WebhookDelivery
+from tests.console.conftest import PASSWORD
+from tests.console.test_browser import admin_login
 from tests.privacy.scenes import stored_event
 from tests.privacy.test_intake_masked import EMAIL, NAME, PHONE, STREET, charge_with_pii
 from tests.support.browser import screenshot
 from tests.support.signing import event_body, stripe_signature
 
 pytestmark = pytest.mark.django_db(transaction=True)
-PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture
@@ -29,14 +30,6 @@ def admin_user(django_user_model, settings):
     settings.STRIPE_ACCOUNT = "acct_demo"
     settings.RAW_BODY_RETENTION_DAYS = 90
     return django_user_model.objects.create_superuser("privacy-lead", "lead@example.com", PASSWORD)
-
-
-def login(page, live_server, user) -> None:
-    page.goto(f"{live_server.url}/admin/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
 
 
 def deliver(live_server, body: bytes) -> int:
@@ -65,7 +58,7 @@ def test_the_admin_shows_the_masked_body_and_purged_on(live_server, new_page, ad
     assert job_run("purge_raw_bodies", now=now).changed == 2  # the old event and its delivery
 
     page = new_page()
-    login(page, live_server, admin_user)
+    admin_login(page, live_server, admin_user)
     page.goto(f"{live_server.url}{reverse('admin:dunning_webhookdelivery_change', args=[delivery.pk])}")
     shown = page.locator("pre.stored-body").inner_text()
     assert '"receipt_email": "hmac:' in shown and '"last4": "**** 4242"' in shown and "J*** D***" in shown
