@@ -13,7 +13,7 @@ from dunning.evidence.reprocessing import ReprocessRefused, event_reprocess
 from dunning.jobs.framework import job_run
 from dunning.models import EventOutcome, MonetaryFact, ProviderEvent, ProviderReceipt, WebhookDelivery
 from tests.privacy.scenes import EMAIL, invoice_receipt_with_fact, rejected_delivery, stored_event
-from tests.support.actors import LEADS, make_staff, staff_roles_from_migration
+from tests.support.actors import LEADS, make_staff, session_client, staff_roles_from_migration
 from tests.support.builders import accept, fail_first_payment, make_subscription, open_cycle
 
 DAYS = 90
@@ -150,3 +150,15 @@ def test_re_processing_a_purged_event_is_refused_in_plain_words(db, now):
     assert refused.value.code == "RAW_BODY_PURGED"
     assert f"raw body was purged on {now:%Y-%m-%d}" in refused.value.detail
     assert EMAIL not in str(reload(event).payload)
+
+
+def test_the_api_answers_409_for_a_purged_event(db, now):
+    lead = make_staff("lead-api", LEADS)
+    event = stored_event("evt_gone_api", EventOutcome.APPLIED, now - timedelta(days=DAYS + 1))
+    purge(now)
+    response = session_client(lead).post(f"/api/v1/events/{event.event_id}/reprocess",
+                                         {"reason": "customer asks", "ticket": "SUP-2"}, format="json",
+                                         HTTP_IDEMPOTENCY_KEY="purged-1")
+    assert response.status_code == 409, response.content
+    problem = response.json()
+    assert problem["code"] == "RAW_BODY_PURGED" and "raw body was purged on" in problem["detail"]
