@@ -41,7 +41,7 @@ HASHED_KEYS = {"email": "email", "customer_email": "email", "receipt_email": "em
 NAME_KEYS = frozenset({"customer_name", "account_holder_name", "cardholder_name", "billing_name"})
 PHONE_KEYS = frozenset({"phone", "customer_phone"})
 ADDRESS_KEYS = frozenset({"address", "customer_address"})
-# Card and bank digits besides the last four: nothing here reads them.
+# Card and bank digits besides the last four, and other identifying numbers: nothing here reads them.
 REDACTED_KEYS = frozenset({"exp_month", "exp_year", "iin", "bin", "cvc", "ip_address", "tracking_number",
                            "routing_number", "account_number", "tax_id"})
 LAST4_KEYS = frozenset({"last4", "dynamic_last4"})
@@ -52,7 +52,9 @@ PERSON_CONTAINERS = frozenset({"billing_details", "shipping", "customer_shipping
                                "customer_details", "owner", "cardholder", "individual"})
 ADDRESS_KEPT = frozenset({"country"})  # the country decides tax, and is nobody's address on its own
 
-_EMAIL_IN_TEXT = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]*@([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
+# Bounded as RFC 5321 bounds an address (64 before the @, 255 after), so a hostile unsigned body of
+# one long token costs linear time, not quadratic.
+_EMAIL_IN_TEXT = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@([A-Za-z0-9.-]{1,252}\.[A-Za-z]{2,24})")
 # 13-19 digits, optionally grouped by spaces or dashes, not part of a longer token (an id, a key).
 _CARD_IN_TEXT = re.compile(r"(?<![\w-])(?:\d[ -]?){12,18}\d(?![\w-])")
 _MASKED_NAME = re.compile(r"^(\S\*\*\*)( \S\*\*\*)*$")
@@ -77,6 +79,8 @@ def keyed_hash(value: str, domain: str) -> str:
 
 def mask_email(text: str) -> str:
     """Every email address in `text` as its first character, `***` and its domain."""
+    if "@" not in text:
+        return text
     return _EMAIL_IN_TEXT.sub(lambda m: f"{m.group(1)}***@{m.group(2)}", text)
 
 
