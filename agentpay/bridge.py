@@ -15,6 +15,7 @@ from typing import Any
 
 from dunning.clock import now_is_not_ahead as _now_is_not_ahead
 from dunning.clock import trusted_now as _trusted_now
+from dunning.privacy import desensitise_body as _desensitise_body
 from entitlements.profiles import get_profile
 from subscriptions.models import Subscription
 from subscriptions.providers.base import ProviderError, ProviderIndeterminate, ProviderNotFound
@@ -23,6 +24,12 @@ from subscriptions.providers.registry import get_provider
 
 def trusted_now() -> datetime:
     return _trusted_now()
+
+
+def desensitised_body(body: bytes) -> bytes:
+    """A request body as it may be stored: emails, names, phones, addresses and card details
+    masked or keyed-hashed (dunning.privacy, docs/privacy.md)."""
+    return _desensitise_body(body)
 
 
 def now_is_not_ahead(now: datetime) -> tuple[bool, datetime]:

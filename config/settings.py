@@ -122,6 +122,11 @@ STRIPE_ACCOUNT = os.environ.get("STRIPE_ACCOUNT", "acct_demo")
 STRIPE_API_VERSION = os.environ.get("STRIPE_API_VERSION", "")  # empty: the SDK's pinned version
 STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "10"))
 WEBHOOK_MAX_BODY_BYTES = int(os.environ.get("WEBHOOK_MAX_BODY_BYTES", str(512 * 1024)))
+# Stored provider bodies are desensitised (dunning/privacy.py, docs/privacy.md). The hash key keeps
+# hashed emails and card fingerprints comparable; set it explicitly in production (changing it, or
+# DJANGO_SECRET_KEY when it is unset, makes new hashes differ from stored ones).
+PRIVACY_HASH_KEY = os.environ.get("PRIVACY_HASH_KEY", "") or f"privacy-hash:{SECRET_KEY}"
+RAW_BODY_RETENTION_DAYS = int(os.environ.get("RAW_BODY_RETENTION_DAYS", "90"))
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "billing@example.com")

@@ -7,6 +7,7 @@ refuses it (instance save/delete and queryset update/delete alike).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.db import models
@@ -29,6 +30,19 @@ class AppendOnlyQuerySet(models.QuerySet):
 
     def delete(self) -> tuple[int, dict[str, int]]:
         raise AppendOnlyViolation(f"{self.model.__name__} is append-only; rows are never deleted")
+
+    def purge_raw_body(self, *, now: datetime) -> int:
+        """The one exception to append-only (issue 19, retention of raw provider bodies): replace the
+        model's raw body (`RAW_BODY_FIELD`) with its fixed purged form (`purged_raw_body()`) and stamp
+        `body_purged_at`, once per row. The caller names no field and no value, so this opens no
+        general update: a purge cannot write anything but the model's own empty body, and a purged
+        row is not touched again. Every other column (digests, statuses, amounts, links) stays."""
+        model = self.model
+        field = getattr(model, "RAW_BODY_FIELD", "")
+        if not field:
+            raise AppendOnlyViolation(f"{model.__name__} has no raw body that may be purged")
+        rows = self.filter(body_purged_at__isnull=True)
+        return super(AppendOnlyQuerySet, rows).update(**{field: model.purged_raw_body(), "body_purged_at": now})
 
 
 class AppendOnlyModel(models.Model):

@@ -18,7 +18,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 
 from agentpay.api.problems import problem
-from agentpay.bridge import trusted_now
+from agentpay.bridge import desensitised_body, trusted_now
 from agentpay.models import GatewayRequest
 
 PREFIX = "/agentpay/"
@@ -62,12 +62,15 @@ class GatewayRequestLog:
                 body = request.body
             except RequestDataTooBig:
                 body, too_big = b"", True
-        kept = body[: settings.AGENTPAY_LOGGED_BODY_BYTES]
+        # Logged desensitised (a forwarded call can carry an end user's email or card); the digest
+        # and size are of the raw bytes.
+        kept = desensitised_body(body[: settings.AGENTPAY_LOGGED_BODY_BYTES])
         record = GatewayRequest.objects.create(
             request_id=request_id, received_at=trusted_now(), method=storable(request.method or "")[:16],
             path=storable(request.path), query=storable(request.META.get("QUERY_STRING", "")),
             headers=_headers(request), body=kept, body_size=len(body) or length,
-            body_digest=hashlib.sha256(body).hexdigest(), body_truncated=too_big or len(kept) < len(body),
+            body_digest=hashlib.sha256(body).hexdigest(),
+            body_truncated=too_big or len(body) > settings.AGENTPAY_LOGGED_BODY_BYTES,
             idempotency_key=storable(request.headers.get("idempotency-key", ""))[:1000])
         if too_big:
             response = problem(413, "body-too-large", "The request body is too large",

@@ -5,6 +5,7 @@ from dunning.admin.base import ViewOnlyAdmin, ViewOnlyInline
 from dunning.admin.filters import CycleAgeFilter, HeldEventFilter, OwnerFilter
 from dunning.admin.operations import EventReprocessMixin
 from dunning.admin.paging import EstimatedCountPaginator
+from dunning.admin.stored_bodies import StoredBodyMixin
 from dunning.models import (
     DunningCycle,
     DunningPolicy,
@@ -61,7 +62,7 @@ class DunningPolicyAdmin(ViewOnlyAdmin):
 
 
 @admin.register(ProviderEvent)
-class ProviderEventAdmin(EventReprocessMixin, ViewOnlyAdmin):
+class ProviderEventAdmin(EventReprocessMixin, StoredBodyMixin, ViewOnlyAdmin):
     """The inbox: why each event was held, and (billing leads) fetch a held one again."""
 
     list_display = ("event_label", "outcome_badge", "why", "received")
@@ -74,7 +75,7 @@ class ProviderEventAdmin(EventReprocessMixin, ViewOnlyAdmin):
 
 
 @admin.register(ProviderReceipt)
-class ProviderReceiptAdmin(ViewOnlyAdmin):
+class ProviderReceiptAdmin(StoredBodyMixin, ViewOnlyAdmin):
     list_display = ("object_type", "object_id", "status", "amount", "currency", "fetched_at")
     list_filter = ("object_type", "status")
     search_fields = ("object_id",)
@@ -111,20 +112,14 @@ class OutboxMessageAdmin(ViewOnlyAdmin):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ViewOnlyAdmin):
+class WebhookDeliveryAdmin(StoredBodyMixin, ViewOnlyAdmin):
     """Every request that reached the webhook endpoint, verified or not."""
 
     list_display = ("received_at", "verification", "rejection_reason", "http_status", "claimed_event_id",
                     "duplicate", "body_size", "remote_addr")
     list_filter = ("verification", "rejection_reason", "duplicate")
     search_fields = ("claimed_event_id", "body_sha256")
-    exclude = ("body",)
-    readonly_fields = ("body_text",)
     show_full_result_count = False
     paginator = EstimatedCountPaginator
-
-    @admin.display(description="body (as received)")
-    def body_text(self, obj):
-        return bytes(obj.body).decode("utf-8", errors="replace")
 
 from dunning.admin import operations as admin_operations  # noqa: E402, F401  (registers the operations pages)

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 from dunning.clock import trusted_now
 from dunning.models import ProviderEvent, Verification, WebhookDelivery
+from dunning.privacy import desensitise, desensitise_body
 from dunning.storable import escape_nul, storable_text, unstorable
 from subscriptions.providers.base import WebhookVerificationError
 from subscriptions.providers.registry import get_provider
@@ -54,10 +55,13 @@ def webhook_receive(
     now = now or trusted_now()
     truncated = declared_size > size_limit or len(body) > size_limit
     # The body is stored as bytes (bytea holds any byte); headers are text, where PostgreSQL cannot
-    # hold NUL, so a NUL in a header is kept written as \u0000.
+    # hold NUL, so a NUL in a header is kept written as \u0000. What is stored is the desensitised
+    # body (dunning.privacy): the signature is checked and the digest taken on the raw bytes here, in
+    # memory, so a re-delivery of identical bytes has the same digest and the raw PII is never written.
     as_received = dict(
         provider=provider_name, received_at=now, remote_addr=_ip_or_none(remote_addr),
-        headers={k: escape_nul(v) for k, v in headers.items() if k.lower() in KEPT_HEADERS}, body=body[:size_limit],
+        headers={k: escape_nul(v) for k, v in headers.items() if k.lower() in KEPT_HEADERS},
+        body=desensitise_body(body[:size_limit]),
         body_size=max(declared_size, len(body)), body_sha256=hashlib.sha256(body).hexdigest(), truncated=truncated,
     )
     raw = WebhookDelivery(**as_received)
@@ -216,7 +220,8 @@ def _inbox_insert(provider_name: str, event: dict[str, Any], now: datetime) -> t
         with transaction.atomic():
             row = ProviderEvent.objects.create(
                 provider=provider_name, event_id=event["id"], event_type=event["type"],
-                api_version=event.get("api_version") or "", account=event.get("account") or "", payload=event,
+                api_version=event.get("api_version") or "", account=event.get("account") or "",
+                payload=desensitise(event),
                 signature_verified=True, received_at=now, provider_created_at=_created_at(event),
             )
         return row, True

@@ -10,6 +10,7 @@ from typing import Any
 
 from dunning.clock import trusted_now
 from dunning.models import ProviderEvent, ProviderReceipt
+from dunning.privacy import desensitise
 from subscriptions.models import Invoice
 
 
@@ -31,6 +32,7 @@ def receipt_record(
     return ProviderReceipt.objects.create(
         provider=provider, object_type=object_type, object_id=str(body["id"]), account=account,
         status=str(body.get("status", "")), amount=int(amount) if amount is not None else None,
-        currency=str(body.get("currency", ""))[:3], body=body, body_digest=body_digest(body),
+        # The digest is of the body as fetched; only its desensitised form is stored (dunning.privacy).
+        currency=str(body.get("currency", ""))[:3], body=desensitise(body), body_digest=body_digest(body),
         fetched_at=fetched_at or trusted_now(), invoice=invoice, cause_event=cause_event,
     )

@@ -80,6 +80,10 @@ def _stale_after() -> timedelta:
     return timedelta(seconds=float(getattr(settings, "DUNNING_REPROCESS_STALE_SECONDS", DEFAULT_STALE_SECONDS)))
 
 
+def _retention_text() -> str:
+    return f"{getattr(settings, 'RAW_BODY_RETENTION_DAYS', '?')} days"
+
+
 def _not_held_text(event: ProviderEvent) -> str:
     when = f" on {event.processed_at:%Y-%m-%d %H:%M} UTC" if event.processed_at else ""
     if event.outcome in (EventOutcome.PENDING, EventOutcome.FAILED):
@@ -93,6 +97,12 @@ def _not_held_text(event: ProviderEvent) -> str:
 def _claim(event_pk: int, user: Any, reason: str, ticket: str, now: datetime) -> EventReprocessing:
     with transaction.atomic():
         event = ProviderEvent.objects.select_for_update().get(pk=event_pk)
+        if event.body_purged_at is not None:  # its body names what to fetch; only its ids are left
+            raise ReprocessRefused(
+                "RAW_BODY_PURGED",
+                f"Event {event.event_id} cannot be re-processed: its raw body was purged on "
+                f"{event.body_purged_at:%Y-%m-%d} (kept {_retention_text()}); its receipts, facts and "
+                f"digests are still on record.")
         if event.outcome not in HELD_OUTCOMES:
             raise ReprocessRefused("NOT_HELD", _not_held_text(event))
         running = EventReprocessing.objects.filter(event=event, status=ReprocessingStatus.STARTED).first()

@@ -11,5 +11,6 @@ from dunning.jobs import (  # noqa: F401
     inbox,
     messaging,
     reconciliation,
+    retention,
 )
 from entitlements import jobs as entitlement_jobs  # noqa: F401

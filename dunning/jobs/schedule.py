@@ -25,6 +25,7 @@ JOB_CADENCE: dict[str, int] = {
     "reconciliation": 86400,
     "compensation_intake": 300,  # seed 003's compensation queue: jobs/duties.py
     "sample_review": 86400,  # one sample per ISO week; the daily run only catches up a missed week
+    "purge_raw_bodies": 86400,  # raw provider bodies past RAW_BODY_RETENTION_DAYS: jobs/retention.py
 }
 
 CATCH_UP_ORDER: tuple[str, ...] = tuple(JOB_CADENCE)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Expression
+from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import JSONObject
 from simple_history.models import HistoricalRecords
 
 from dunning.append_only import AppendOnlyModel
@@ -30,6 +33,7 @@ class ProviderEvent(AppendOnlyModel):
     MUTABLE_FIELDS = frozenset(
         {"processed_at", "outcome", "outcome_detail", "subscription", "invoice", "cycle", "attempts", "error"}
     )
+    RAW_BODY_FIELD = "payload"  # cut to its ids by the retention job only (AppendOnlyQuerySet.purge_raw_body)
 
     provider = models.CharField(max_length=32, default="stripe")
     event_id = models.CharField(max_length=255)
@@ -51,6 +55,8 @@ class ProviderEvent(AppendOnlyModel):
                               on_delete=models.PROTECT, related_name="provider_events")
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
+    body_purged_at = models.DateTimeField(null=True, blank=True,
+                                          help_text="When the retention job cut the payload to its ids.")
 
     # Processing bookkeeping changes; the payload never does, so history does not copy it (a copy
     # per insert was a fifth of a webhook delivery's cost).
@@ -63,9 +69,24 @@ class ProviderEvent(AppendOnlyModel):
     def __str__(self) -> str:
         return f"{self.event_type} {self.event_id}"
 
+    @staticmethod
+    def purged_raw_body() -> Expression:
+        """A purged payload keeps only what names the event and its object (`id`, `type`,
+        `data.object.id` / `.object`): the gates and alerts look events up by that object id, and
+        the admin names it. Nothing else of the body survives."""
+        obj = KeyTransform("object", KeyTransform("data", "payload"))
+        return JSONObject(id=KeyTransform("id", "payload"), type=KeyTransform("type", "payload"),
+                          data=JSONObject(object=JSONObject(id=KeyTransform("id", obj),
+                                                            object=KeyTransform("object", obj))))
+
 
 class ProviderReceipt(AppendOnlyModel):
-    """One fresh fetch of a provider object. Restriction and cancellation cite one."""
+    """One fresh fetch of a provider object. Restriction and cancellation cite one.
+
+    `body` is the desensitised form of what was fetched, `body_digest` the digest of the body as
+    fetched; the retention job empties `body` (status, amount, currency and digest stay)."""
+
+    RAW_BODY_FIELD = "body"  # emptied by the retention job only (AppendOnlyQuerySet.purge_raw_body)
 
     provider = models.CharField(max_length=32, default="stripe")
     object_type = models.CharField(max_length=32)  # invoice | payment_intent | charge | dispute | subscription
@@ -81,9 +102,15 @@ class ProviderReceipt(AppendOnlyModel):
                                 on_delete=models.PROTECT, related_name="receipts")
     cause_event = models.ForeignKey(ProviderEvent, null=True, blank=True,
                                     on_delete=models.PROTECT, related_name="receipts")
+    body_purged_at = models.DateTimeField(null=True, blank=True,
+                                          help_text="When the retention job emptied the body (the digest stays).")
 
     class Meta:
         indexes = [models.Index(fields=["invoice", "-fetched_at"], name="receipt_invoice_fetched")]
+
+    @staticmethod
+    def purged_raw_body() -> dict:
+        return {}
 
     def __str__(self) -> str:
         return f"{self.object_type} {self.object_id} {self.status} @ {self.fetched_at:%Y-%m-%d %H:%M:%S}"

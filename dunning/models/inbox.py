@@ -23,12 +23,14 @@ class Verification(models.TextChoices):
 
 class WebhookDelivery(AppendOnlyModel):
     MUTABLE_FIELDS: frozenset[str] = frozenset()  # written once, verdict included
+    RAW_BODY_FIELD = "body"  # emptied by the retention job only (AppendOnlyQuerySet.purge_raw_body)
 
     provider = models.CharField(max_length=32, default="stripe")
     received_at = models.DateTimeField(db_index=True)
     remote_addr = models.GenericIPAddressField(null=True, blank=True)
     headers = models.JSONField(default=dict)
-    body = models.BinaryField(help_text="Raw body as received (cut at the size limit).")
+    body = models.BinaryField(help_text="The body as received (cut at the size limit), desensitised "
+                                        "(dunning.privacy); emptied when purged.")
     body_size = models.PositiveIntegerField(help_text="Declared or read size in bytes.")
     body_sha256 = models.CharField(max_length=64)
     truncated = models.BooleanField(default=False)
@@ -40,9 +42,15 @@ class WebhookDelivery(AppendOnlyModel):
     duplicate = models.BooleanField(default=False)
     event = models.ForeignKey("dunning.ProviderEvent", null=True, blank=True, on_delete=models.PROTECT,
                               related_name="deliveries")
+    body_purged_at = models.DateTimeField(null=True, blank=True,
+                                          help_text="When the retention job emptied the body (the digest stays).")
 
     class Meta:
         verbose_name_plural = "webhook deliveries"
+
+    @staticmethod
+    def purged_raw_body() -> bytes:
+        return b""
 
     def __str__(self) -> str:
         return f"{self.provider} delivery {self.pk} {self.verification} {self.claimed_event_id}"

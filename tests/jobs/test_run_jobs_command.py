@@ -16,7 +16,7 @@ from dunning.models import JobRun
 
 SPEC_JOBS = {"grace_expiry", "restriction", "cancellation", "unknown_payments", "exception_expiry", "local_retries",
              "outbox_relay", "reminders", "reconciliation", "alerts", "inbox_sweep",
-             "entitlement_push", "contract_deadlines", "alert_deliveries"}
+             "entitlement_push", "contract_deadlines", "alert_deliveries", "purge_raw_bodies"}
 SPEC_JOBS |= {"compensation_intake", "sample_review"}  # seed 003's duties (issue 19 item 3): dunning/jobs/duties.py
 
 
