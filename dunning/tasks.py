@@ -37,3 +37,19 @@ def run_scheduled_job(name: str) -> str:
 def deliver_alert(message_pk: int) -> str:
     """After commit of a new alert episode: email and webhook it (dunning.actions.alert_delivery)."""
     return str(alert_message_handle(message_pk=message_pk))
+
+
+@shared_task(acks_late=False, ignore_result=True)
+def rebind_cohort_forward(*, cohort: str, policy_pk: int, user_pk: int, reason: str, ticket: str,
+                          batch: int = 500) -> str:
+    """A forward rebind queued from the rollout page (dunning.rollout.rebinding). Not acked late: a
+    redelivery after a crash would be a second run, which is safe (it visits only subscriptions
+    still on older versions) but should be a person's decision, from the page or the CLI."""
+    from django.contrib.auth import get_user_model
+
+    from dunning.rollout.rebinding import rollout_rebind_forward
+
+    user = get_user_model().objects.get(pk=user_pk)
+    run = rollout_rebind_forward(cohort=cohort, to_policy=policy_pk, by=user, reason=reason, ticket=ticket,
+                                 batch=batch)
+    return run.status

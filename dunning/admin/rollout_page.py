@@ -20,13 +20,14 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from dunning.admin.base import ViewOnlyAdmin
-from dunning.models import RolloutStage
+from dunning.models import JobRun, RolloutStage
 from dunning.policy.rollout import MODE_ORDER
 from dunning.rollout.errors import ROLLOUT_PERMISSION, RolloutError
 from dunning.rollout.promotion import rollout_promote
-from dunning.rollout.rebinding import rollout_rollback
+from dunning.rollout.rebinding import REBIND_JOB, rollout_rebind_forward_request, rollout_rollback
 from dunning.rollout.shadow_report import shadow_disagreements
 from dunning.rollout.status import rollout_status
+from dunning.tasks import rebind_cohort_forward
 
 
 class _Decision(forms.Form):
@@ -49,6 +50,13 @@ class RollbackForm(_Decision):
     field_order = ["cohort", "pause_restrictions", "reason", "ticket"]
 
 
+class RebindForm(_Decision):
+    cohort = forms.CharField(max_length=64, initial="default", help_text='A cohort, or "*" for every cohort.')
+    policy = forms.CharField(max_length=140, help_text="The newer version, name@version: subscriptions on older "
+                                                       "versions of that name move to it, for new cycles only.")
+    field_order = ["cohort", "policy", "reason", "ticket"]
+
+
 @admin.register(RolloutStage)
 class RolloutAdmin(ViewOnlyAdmin):
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -59,24 +67,30 @@ class RolloutAdmin(ViewOnlyAdmin):
         wrap = self.admin_site.admin_view
         return [path("promote/", wrap(self.promote_view), name="dunning_rollout_promote"),
                 path("rollback/", wrap(self.rollback_view), name="dunning_rollout_rollback"),
+                path("rebind/", wrap(self.rebind_view), name="dunning_rollout_rebind"),
                 *super().get_urls()]
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        return self._page(request, PromoteForm(prefix="promote"), RollbackForm(prefix="rollback"))
+        return self._page(request)
 
-    def _page(self, request: HttpRequest, promote: PromoteForm, rollback: RollbackForm,
-              status: int = 200) -> HttpResponse:
+    def _page(self, request: HttpRequest, promote: PromoteForm | None = None, rollback: RollbackForm | None = None,
+              rebind: RebindForm | None = None, status: int = 200) -> HttpResponse:
         evaluate = request.GET.get("gates") == "1"
         context = {
             **self.admin_site.each_context(request), "opts": self.model._meta, "title": "Rollout",
             "rows": rollout_status(evaluate_gates=evaluate), "gates_evaluated": evaluate,
             "disagreements": shadow_disagreements(limit=200)[:50],
             "stages": RolloutStage.objects.select_related("policy", "started_by")[:30],
-            "can_decide": request.user.has_perm(ROLLOUT_PERMISSION), "promote_form": promote,
-            "rollback_form": rollback, "promote_url": reverse("admin:dunning_rollout_promote"),
+            "can_decide": request.user.has_perm(ROLLOUT_PERMISSION),
+            "promote_form": promote or PromoteForm(prefix="promote"),
+            "rollback_form": rollback or RollbackForm(prefix="rollback"),
+            "rebind_form": rebind or RebindForm(prefix="rebind"),
+            "promote_url": reverse("admin:dunning_rollout_promote"),
             "rollback_url": reverse("admin:dunning_rollout_rollback"),
+            "rebind_url": reverse("admin:dunning_rollout_rebind"),
+            "rebind_runs": JobRun.objects.filter(job=REBIND_JOB).order_by("-started_at", "-id")[:10],
         }
         return TemplateResponse(request, "admin/dunning/rollout.html", context, status=status)
 
@@ -99,7 +113,7 @@ class RolloutAdmin(ViewOnlyAdmin):
                 messages.success(request, f"{stage.policy.identity} for {stage.cohort!r}: {stage.previous_mode} "
                                           f"{stage.previous_percent} % → {stage.mode} {stage.percent} %")
                 return redirect("admin:dunning_rolloutstage_changelist")
-        return self._page(request, form, RollbackForm(prefix="rollback"), status=400)
+        return self._page(request, promote=form, status=400)
 
     def rollback_view(self, request: HttpRequest) -> HttpResponse:
         self._decide(request)
@@ -117,4 +131,21 @@ class RolloutAdmin(ViewOnlyAdmin):
                 paused = " New restrictions paused." if outcome.incident else ""
                 messages.success(request, f"Rolled back cohort {data['cohort']!r}: {moved}.{paused}")
                 return redirect("admin:dunning_rolloutstage_changelist")
-        return self._page(request, PromoteForm(prefix="promote"), form, status=400)
+        return self._page(request, rollback=form, status=400)
+
+    def rebind_view(self, request: HttpRequest) -> HttpResponse:
+        self._decide(request)
+        form = RebindForm(request.POST, prefix="rebind")
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                target = rollout_rebind_forward_request(
+                    cohort=data["cohort"], to_policy=data["policy"], by=request.user, reason=data["reason"],
+                    ticket=data["ticket"], enqueue=rebind_cohort_forward.delay)
+            except RolloutError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Rebinding cohort {data['cohort'].strip()!r} forward to {target.identity} "
+                                          f"is queued; its progress shows under \"Rebind jobs\".")
+                return redirect("admin:dunning_rolloutstage_changelist")
+        return self._page(request, rebind=form, status=400)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+
 from dunning.acceptance.inputs import Cause
 from dunning.acceptance.subscription import subscription_accept_change
 from dunning.actions.incidents import IncidentError, incident_start, previous_policy_version
@@ -95,11 +97,9 @@ def rollout_rollback(*, cohort: str, by: Any, reason: str, ticket: str, now: dat
     return outcome
 
 
-def rollout_rebind_forward(*, cohort: str, to_policy: DunningPolicy | str | int, by: Any, reason: str,
-                           ticket: str, now: datetime | None = None, batch: int = 500,
-                           progress: Progress | None = None) -> JobRun:
-    """Bind every subscription of `cohort` on an older version of `to_policy`'s name to it, for new
-    cycles only. Returns the finished JobRun (examined / changed / refused, refusals in detail)."""
+def rebind_forward_check(*, cohort: str, to_policy: DunningPolicy | str | int, by: Any, reason: str, ticket: str,
+                         batch: int = 500) -> tuple[DunningPolicy, str]:
+    """Everything a forward rebind is refused for, checked before it starts (or is queued)."""
     target = resolve_policy(to_policy)
     require_lead(by, reason, ticket)
     cohort = (cohort or "").strip()
@@ -107,6 +107,27 @@ def rollout_rebind_forward(*, cohort: str, to_policy: DunningPolicy | str | int,
         raise RolloutError("COHORT_REQUIRED", 'name a cohort, or "*" for every cohort')
     if batch < 1:
         raise RolloutError("BAD_BATCH", f"batch must be at least 1, got {batch}")
+    return target, cohort
+
+
+def rollout_rebind_forward_request(*, cohort: str, to_policy: DunningPolicy | str | int, by: Any, reason: str,
+                                   ticket: str, enqueue: Callable[..., Any], batch: int = 500) -> DunningPolicy:
+    """The admin's way in: refuse now (nothing queued) or hand the rebind to `enqueue` (the Celery
+    task's `.delay`) after commit; the page follows its JobRun's counts as they move."""
+    target, cohort = rebind_forward_check(cohort=cohort, to_policy=to_policy, by=by, reason=reason, ticket=ticket,
+                                          batch=batch)
+    transaction.on_commit(lambda: enqueue(cohort=cohort, policy_pk=target.pk, user_pk=by.pk, reason=reason,
+                                          ticket=ticket, batch=batch))
+    return target
+
+
+def rollout_rebind_forward(*, cohort: str, to_policy: DunningPolicy | str | int, by: Any, reason: str,
+                           ticket: str, now: datetime | None = None, batch: int = 500,
+                           progress: Progress | None = None) -> JobRun:
+    """Bind every subscription of `cohort` on an older version of `to_policy`'s name to it, for new
+    cycles only. Returns the finished JobRun (examined / changed / refused, refusals in detail)."""
+    target, cohort = rebind_forward_check(cohort=cohort, to_policy=to_policy, by=by, reason=reason, ticket=ticket,
+                                          batch=batch)
     now = now or trusted_now()
     older = _in_cohort(cohort).filter(policy__name=target.name, policy__version__lt=target.version)
     run = JobRun.objects.create(job=REBIND_JOB, run_for=now, started_at=trusted_now(), worker=worker_name(),

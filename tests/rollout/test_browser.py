@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from dunning.models import RolloutStage
+from dunning.models import JobRun, RolloutStage
 from subscriptions.models import Subscription
 from tests.rollout.conftest import PASSWORD, grace, publish
 from tests.support.browser import screenshot
@@ -63,3 +63,20 @@ def test_a_lead_promotes_and_rolls_back_from_the_rollout_page(live_server, new_p
     assert "test-monthly@2 → test-monthly@1: 2 rebound, 0 refused" in message and "paused" in message
     assert set(Subscription.objects.values_list("policy_id", flat=True)) == {kind.pk} != {strict.pk}
     screenshot(page, "rollout_rolled_back")
+
+    # Forward again, as a queued job whose progress the page shows: a typo first, refused as it is typed.
+    page.fill("#id_rebind-policy", "test-monthly@9")
+    page.fill("#id_rebind-reason", "incident over: v2 again")
+    page.fill("#id_rebind-ticket", "INC-19")
+    page.click("#rebind-submit")
+    assert "UNKNOWN_POLICY" in page.locator("#rebind-errors").inner_text()
+    assert not JobRun.objects.filter(job="rollout_rebind_forward").exists()
+    page.fill("#id_rebind-policy", "test-monthly@2")
+    page.click("#rebind-submit")
+    assert "is queued" in page.locator("ul.messagelist").inner_text()
+    page.reload()  # the task ran in process (tests run Celery eagerly); the page reads its JobRun
+    runs = page.locator("#rebind-runs").inner_text()
+    assert "OK" in runs and "test-monthly@2 (INC-19)" in runs
+    assert JobRun.objects.get(job="rollout_rebind_forward").changed == 2
+    assert set(Subscription.objects.values_list("policy_id", flat=True)) == {strict.pk}
+    screenshot(page, "rollout_rebind_job")
