@@ -50,6 +50,7 @@ class IncidentSwitch(models.Model):
     history = HistoricalRecords()
 
     class Meta:
+        verbose_name_plural = "incident switches"
         indexes = [models.Index(fields=["cohort"], name="incident_active_cohort",
                                 condition=models.Q(ended_at__isnull=True))]
 
@@ -157,6 +158,9 @@ class NotificationDelivery(AppendOnlyModel):
     template = models.CharField(max_length=64)
     subject = models.CharField(max_length=255, blank=True, default="")
     handled_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "notification deliveries"
 
     def __str__(self) -> str:
         return f"{self.template} → {self.recipient or '—'} {self.status}"
