@@ -33,6 +33,7 @@ def _signed_transfer(chain, network, value: int = 3) -> tuple[str, str]:
 def test_wrappers_read_the_node(chain, network):
     raw, tx_hash = _signed_transfer(chain, network)
     assert rpc.send_raw_transaction(network, raw) == tx_hash
+    chain.wait_receipt(tx_hash)  # anvil answers with the hash, then mines: under load the block comes a moment later
     receipt = rpc.get_receipt(network, tx_hash)
     assert receipt["status"] == 1 and receipt["transactionHash"] == tx_hash
     assert receipt["blockNumber"] == rpc.block_number(network)
@@ -84,6 +85,7 @@ def test_broadcast_dropped_after_forward_reached_the_node(chain, network):
             rpc.send_raw_transaction(network, raw)
         assert proxy.dropped == ["eth_sendRawTransaction"] and proxy.forwarded == ["eth_sendRawTransaction"]
         # We never heard, but the node has it: the receipt query (the rule used up) finds it.
+        chain.wait_receipt(tx_hash)  # mined a moment after the node took it
         assert rpc.get_receipt(network, tx_hash)["status"] == 1
     assert chain.balance(chain.pay_to.address) == 11
 
