@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.contrib.auth import get_user_model
 
 from dunning.actions.alert_delivery import alert_message_handle
 from dunning.claims import claim
 from dunning.evidence.processing import EventNotFinished, event_process
 from dunning.jobs.framework import job_run
+from dunning.rollout.rebinding import rollout_rebind_forward
 
 # A task that finds its event claimed by another process (the inbox sweep, or a redelivered copy
 # of itself) asks again after this long; by then the event is usually done and the task returns.
@@ -45,10 +47,6 @@ def rebind_cohort_forward(*, cohort: str, policy_pk: int, user_pk: int, reason: 
     """A forward rebind queued from the rollout page (dunning.rollout.rebinding). Not acked late: a
     redelivery after a crash would be a second run, which is safe (it visits only subscriptions
     still on older versions) but should be a person's decision, from the page or the CLI."""
-    from django.contrib.auth import get_user_model
-
-    from dunning.rollout.rebinding import rollout_rebind_forward
-
     user = get_user_model().objects.get(pk=user_pk)
     run = rollout_rebind_forward(cohort=cohort, to_policy=policy_pk, by=user, reason=reason, ticket=ticket,
                                  batch=batch)

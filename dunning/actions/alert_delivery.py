@@ -31,6 +31,7 @@ from django.db import transaction
 from dunning.actions.alert_messages import alert_email, alert_webhook_body, alert_webhook_headers
 from dunning.claims import claim
 from dunning.clock import trusted_now
+from dunning.handoff import TaskHandoff
 from dunning.models import (
     ALERT_RAISED_TOPIC,
     Alert,
@@ -47,29 +48,14 @@ OPEN_STATUSES = (S.PENDING, S.RETRYING, S.SENDING)
 RETRYABLE_CLIENT_ERRORS = frozenset({408, 425, 429})
 
 
-class _NoWorker:
-    @staticmethod
-    def delay(message_pk: int) -> None:
-        raise RuntimeError("no alert delivery task registered (DunningConfig.ready sets it)")
-
-
-# The Celery task (dunning.tasks.deliver_alert), handed in by DunningConfig.ready: the tasks module
-# sits above the services, so this module does not import it.
-_worker: Any = _NoWorker
-
-
-def alert_delivery_worker_set(task: Any) -> None:
-    global _worker
-    _worker = task
+# The Celery task (dunning.tasks.deliver_alert), named by DunningConfig.ready. The outbox row is
+# already safe: when the broker is down the outbox relay delivers it on its next run instead.
+ALERT_HANDOFF = TaskHandoff("alert message", "the outbox relay will send it")
+alert_delivery_worker_set = ALERT_HANDOFF.set
 
 
 def _enqueue(message_pk: int) -> None:
-    """After commit. The outbox row is already safe: when the broker is down the outbox relay
-    delivers it on its next run instead."""
-    try:
-        _worker.delay(message_pk)
-    except Exception:
-        log.exception("alert message %s stored but not handed to a worker; the outbox relay will send it", message_pk)
+    ALERT_HANDOFF.enqueue(message_pk)
 
 
 def alert_delivery_request(*, alert: Alert, now: datetime) -> OutboxMessage:
@@ -95,12 +81,16 @@ def _planned(alert: Alert, message: OutboxMessage, now: datetime) -> list[AlertD
     emails = list(getattr(settings, "ALERT_ONCALL_EMAILS", []) or [])
     url = str(getattr(settings, "ALERT_WEBHOOK_URL", "") or "")
     secret = str(getattr(settings, "ALERT_WEBHOOK_SECRET", "") or "")
+    # Due from the moment the alert was announced, whoever plans it: a second worker planning with
+    # its own, later `now` must not make the first one's try look early (it would skip it as NOT_DUE
+    # while the second found it BUSY, and the first try would wait for the retry job).
+    due = min(now, message.created_at)
     email = AlertDelivery(alert=alert, channel=AlertChannel.EMAIL, message=message, created_at=now,
-                          target=", ".join(emails), next_attempt_at=now)
+                          target=", ".join(emails), next_attempt_at=due)
     if not emails:
         email.status, email.next_attempt_at, email.last_error = S.SKIPPED, None, "ALERT_ONCALL_EMAILS is empty"
     webhook = AlertDelivery(alert=alert, channel=AlertChannel.WEBHOOK, message=message, created_at=now,
-                            target=_webhook_target(url) if url else "", next_attempt_at=now)
+                            target=_webhook_target(url) if url else "", next_attempt_at=due)
     if not url:
         webhook.status, webhook.next_attempt_at, webhook.last_error = S.SKIPPED, None, "ALERT_WEBHOOK_URL is not set"
     elif not secret:

@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 
 from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 from dunning.clock import trusted_now
+from dunning.handoff import TaskHandoff
 from dunning.models import ProviderEvent, Verification, WebhookDelivery
 from dunning.privacy import desensitise, desensitise_body
 from dunning.storable import escape_nul, storable_text, unstorable
@@ -101,34 +102,15 @@ def webhook_receive(
                          body={"received": True, "event": event["id"], "duplicate": not created})
 
 
-class _NoWorker:
-    """Stands for the worker task until DunningConfig.ready names it."""
-
-    @staticmethod
-    def delay(event_pk: int) -> None:
-        raise RuntimeError("no worker task to hand events to (DunningConfig.ready sets it)")
-
-
-# The Celery task that processes one event (dunning.tasks.process_provider_event), handed in by
-# DunningConfig.ready: the tasks module sits above the services (it runs event processing), so
-# the intake does not import it.
-_worker: Any = _NoWorker
-
-
-def event_worker_set(task: Any) -> None:
-    """Name the task `_enqueue` hands stored events to (its `.delay(event_pk)` is called)."""
-    global _worker
-    _worker = task
+# The Celery task that processes one event (dunning.tasks.process_provider_event), named by
+# DunningConfig.ready. If the broker is down (or an in-process run fails) the event stays PENDING
+# in the inbox, for the inbox sweep, instead of failing the provider's delivery.
+EVENT_HANDOFF = TaskHandoff("event", "the inbox sweep will pick it up")
+event_worker_set = EVENT_HANDOFF.set
 
 
 def _enqueue(event_pk: int) -> None:
-    """Hand the event to a worker. The event is already safe in the inbox: if the broker is down
-    (or an in-process run fails), it stays PENDING for the inbox sweep instead of failing the
-    provider's delivery."""
-    try:
-        _worker.delay(event_pk)
-    except Exception:
-        log.exception("event %s stored but not handed to a worker; the inbox sweep will pick it up", event_pk)
+    EVENT_HANDOFF.enqueue(event_pk)
 
 
 def _reject(raw: WebhookDelivery, status: int, code: str, detail: str) -> IntakeOutcome:

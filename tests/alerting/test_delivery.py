@@ -194,7 +194,7 @@ class BrokerDown:
 
 @pytest.fixture
 def broker_down():
-    previous = alert_delivery._worker
+    previous = alert_delivery.ALERT_HANDOFF.task
     alert_delivery.alert_delivery_worker_set(BrokerDown)
     yield
     alert_delivery.alert_delivery_worker_set(previous)
