@@ -138,6 +138,7 @@ class CompensationCaseAdmin(ViewOnlyAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
     def take_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        get_object_or_404(CompensationCase.objects.only("pk"), pk=object_id)  # an unknown case is a 404, as resolve's
         back = reverse("admin:dunning_compensationcase_change", args=[object_id])
         if request.method != "POST":
             return redirect(back)

@@ -9,13 +9,14 @@ import pytest
 
 from dunning.actions.alerts import alert_raise
 from dunning.actions.compensation import CompensationRefused, compensation_resolve, compensation_take
+from dunning.append_only import AppendOnlyViolation
 from dunning.clock import trusted_now
 from dunning.jobs.framework import job_run
 from dunning.models import AlertKind, ReconciliationReport, TransitionReceipt
 from dunning.models.duties import CompensationAction, CompensationCase, CompensationKind, CompensationState
 from subscriptions.models import Subscription
 from tests.duties.conftest import open_case
-from tests.support.builders import restrict
+from tests.support.builders import make_subscription, restrict
 
 pytestmark = pytest.mark.django_db
 K = CompensationKind
@@ -72,7 +73,6 @@ def test_a_second_source_for_the_same_mismatch_is_a_sighting_not_a_second_case(g
 
 
 def test_reconciliation_findings_open_cases_by_direction(grace_scene, policy):
-    from tests.support.builders import make_subscription
 
     other = make_subscription()
     report = report_with(
@@ -255,7 +255,6 @@ def test_who_may_resolve_and_what_fits_the_case(grace_scene, lead, lead2, agent)
 
 
 def test_actions_are_append_only(grace_scene):
-    from dunning.append_only import AppendOnlyViolation
 
     case = open_case(grace_scene)
     with pytest.raises(AppendOnlyViolation):

@@ -11,6 +11,7 @@ import time_machine
 from dunning.actions.sample_review import (
     IsoWeek,
     SampleReviewRefused,
+    current_verdict,
     failed_in_week,
     pick_from,
     sample_review_pick,
@@ -19,6 +20,7 @@ from dunning.actions.sample_review import (
 from dunning.clock import trusted_now
 from dunning.jobs.framework import job_run
 from dunning.models.duties import SampleReview, SampleReviewItem, SampleVerdict
+from dunning.reads.review import subscription_verdict
 from dunning.reads.sample_trend import trend_figures, trend_svg
 from dunning.reads.verdicts import HOLD, READY
 from tests.support.builders import fail_first_payment, make_subscription, open_cycle
@@ -102,7 +104,6 @@ def test_items_freeze_state_evidence_and_the_automatic_verdict(population):
     assert [c["state"] for c in item.state_snapshot["cycles"]] == ["GRACE_ACTIVE"]
     assert [a["state"] for a in item.evidence_snapshot["attempts"]] == ["FAILED"]
     assert item.automatic_verdict in (READY, HOLD)
-    from dunning.reads.review import subscription_verdict
 
     assert item.automatic_verdict == subscription_verdict(item.subscription).status
 
@@ -134,7 +135,6 @@ def test_a_verdict_is_recorded_and_a_change_is_a_new_row(item, lead, lead2):
     assert changed.replaces_id == first.pk
     rows = list(SampleVerdict.objects.filter(item=item).order_by("pk").values_list("verdict", "reviewer__username"))
     assert rows == [("CORRECT", "lead"), ("INCORRECT", "lead2")]
-    from dunning.actions.sample_review import current_verdict
 
     assert current_verdict(item).pk == changed.pk
 

@@ -4,6 +4,8 @@ mode, a shadow window not yet run, red gates, or someone who is not a billing le
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from dunning.clock import trusted_now
@@ -122,7 +124,6 @@ def test_status_shows_mode_percent_and_billing_cycles_run(shadow_policy, lead, t
 
 
 def test_elapsed_periods_are_whole_calendar_periods():
-    from datetime import UTC, datetime
     start = datetime(2026, 1, 31, 12, tzinfo=UTC)
     assert elapsed_periods(start, datetime(2026, 3, 30, 12, tzinfo=UTC), "month") == 1
     assert elapsed_periods(start, datetime(2026, 3, 31, 12, tzinfo=UTC), "month") == 2
