@@ -121,6 +121,21 @@ STRIPE_WEBHOOK_SECRETS = [
 STRIPE_ACCOUNT = os.environ.get("STRIPE_ACCOUNT", "acct_demo")
 STRIPE_API_VERSION = os.environ.get("STRIPE_API_VERSION", "")  # empty: the SDK's pinned version
 STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "10"))
+# Alipay recurring deduction (seed 003, issue 20; subscriptions/providers/alipay/, docs/alipay.md).
+# ALIPAY_GATEWAY_URL points the SDK at a local Alipay-compatible server in tests and the demo. Keys
+# are PEM text (or a path to a PEM file): ours signs requests, Alipay's verifies answers and
+# notifications. Without an app id the adapter is configured but refuses every call.
+ALIPAY_APP_ID = os.environ.get("ALIPAY_APP_ID", "")
+ALIPAY_GATEWAY_URL = os.environ.get("ALIPAY_GATEWAY_URL", "https://openapi.alipay.com/gateway.do")
+ALIPAY_APP_PRIVATE_KEY = os.environ.get("ALIPAY_APP_PRIVATE_KEY", "")
+ALIPAY_PUBLIC_KEY = os.environ.get("ALIPAY_PUBLIC_KEY", "")
+ALIPAY_NOTIFY_URL = os.environ.get("ALIPAY_NOTIFY_URL", "")  # empty: SITE_URL + /webhooks/alipay/
+ALIPAY_TIMEOUT_SECONDS = float(os.environ.get("ALIPAY_TIMEOUT_SECONDS", "10"))
+# The plans collected through Alipay: Alipay holds no prices, the merchant does. Amounts in fen.
+ALIPAY_PLANS = {
+    "alipay_monthly": {"name": "Pro (monthly, Alipay)", "amount": 3000, "currency": "cny", "interval": "month"},
+    "alipay_annual": {"name": "Pro (annual, Alipay)", "amount": 30000, "currency": "cny", "interval": "year"},
+}
 WEBHOOK_MAX_BODY_BYTES = int(os.environ.get("WEBHOOK_MAX_BODY_BYTES", str(512 * 1024)))
 # Stored provider bodies are desensitised (dunning/privacy.py, docs/privacy.md). The hash key keeps
 # hashed emails and card fingerprints comparable; set it explicitly in production (changing it, or

@@ -180,3 +180,9 @@ class UsageRecord(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.quantity} {self.metric} for {self.subscription_id} ({self.producer_record_id})"
+
+
+# The Alipay adapter's merchant-side records (Django finds models through this module).
+from subscriptions.providers.alipay.records import AlipayAgreement, AlipayRenewalOrder, AlipayTrade  # noqa: E402
+
+__all__ = ["AlipayAgreement", "AlipayRenewalOrder", "AlipayTrade"]  # re-exported for the app registry

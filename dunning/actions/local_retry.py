@@ -32,7 +32,10 @@ from subscriptions.providers.base import (
 from subscriptions.providers.registry import get_provider
 
 S = CycleState
-# Stripe keeps idempotency keys for 24 hours; resend only well inside that window.
+# Resend under the same key only well inside the provider's key retention (an hour inside it:
+# Stripe keeps keys for 24 hours, so within 23). KEY_RESEND_WINDOW is the shortest of them, for
+# the alert on unknowns left too long.
+KEY_RESEND_MARGIN = timedelta(hours=1)
 KEY_RESEND_WINDOW = timedelta(hours=23)
 # A paid answer is accepted again after a stale refusal (an event moved the cycle meanwhile).
 RECOVER_TRIES = 3
@@ -59,9 +62,9 @@ def retry_dispatch(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
                    provider: PaymentProvider | None = None) -> RetryOutcome:
     """Run one scheduled local retry end to end (or continue one a crash interrupted)."""
     now = now or trusted_now()
-    provider = provider or get_provider()
     out = RetryOutcome("REFUSED")
     cycle = cycle_read(cycle_pk)
+    provider = provider or get_provider(cycle.invoice.provider)
     if cycle.state in (S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN):
         return retry_resolve(cycle_pk=cycle_pk, cause=cause, now=now, provider=provider)
     if cycle.state != S.RETRY_SCHEDULED:
@@ -83,9 +86,9 @@ def retry_resolve(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
                   provider: PaymentProvider | None = None) -> RetryOutcome:
     """Resolve a dispatched or unknown attempt by asking the provider, never by a new attempt."""
     now = now or trusted_now()
-    provider = provider or get_provider()
     out = RetryOutcome("UNKNOWN")
     cycle = cycle_read(cycle_pk)
+    provider = provider or get_provider(cycle.invoice.provider)
     attempt = cycle.pending_attempt
     if cycle.state not in (S.RETRY_DISPATCHING, S.PAYMENT_UNKNOWN) or attempt is None:
         return RetryOutcome("REFUSED", f"nothing to resolve (cycle is {cycle.state})")
@@ -104,7 +107,7 @@ def attempt_resolve(out: RetryOutcome, cycle: DunningCycle, cause: Cause, now: d
         return _unknown(out, cycle, cause, now, f"provider query failed: {exc}", path, attempt)
     if inv.status == "paid":
         return _paid(out, cycle, inv, cause, now)
-    if attempt.dispatched_at and now - attempt.dispatched_at > KEY_RESEND_WINDOW:
+    if attempt.dispatched_at and now - attempt.dispatched_at > provider.idempotency_retention - KEY_RESEND_MARGIN:
         return _unknown(out, cycle, cause, now, "idempotency key past its retention window; a person must decide",
                         path, attempt)
     if path is LOCAL_RETRY:

@@ -131,8 +131,8 @@ def customer_payment_resolve(*, cycle_pk: int, cause: Cause, now: datetime | Non
     attempt = customer_payment_unresolved(cycle, now)
     if attempt is None:
         return _refused("ATTEMPT_IN_PROGRESS" if open_customer_payment(cycle) else "NOTHING_TO_PAY")
-    return attempt_resolve(RetryOutcome("UNKNOWN"), cycle, cause, now, provider or get_provider(), CUSTOMER_PAYMENT,
-                           attempt)
+    return attempt_resolve(RetryOutcome("UNKNOWN"), cycle, cause, now, provider or get_provider(cycle.invoice.provider),
+                           CUSTOMER_PAYMENT, attempt)
 
 
 def cycle_retry_now(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
@@ -156,8 +156,8 @@ def cycle_pay_now(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
     retry authority). Pressed again after an unanswered payment, it asks the provider how that
     payment ended — the invoice, then the same request under the same key — instead of paying again."""
     now = now or trusted_now()
-    provider = provider or get_provider()
     cycle = cycle_read(cycle_pk)
+    provider = provider or get_provider(cycle.invoice.provider)
     if customer_payment_unresolved(cycle, now) is not None:
         return customer_payment_resolve(cycle_pk=cycle_pk, cause=cause, now=now, provider=provider)
     blocker = pay_now_blocker(cycle)

@@ -14,7 +14,7 @@ from subscriptions.providers.registry import get_provider
 def invoice_fetch_fresh(cycle: DunningCycle, provider: PaymentProvider | None = None
                         ) -> tuple[ProviderInvoice, ProviderReceipt]:
     """Fetch the cycle's invoice now. Raises ProviderError when the provider does not answer."""
-    provider = provider or get_provider()
+    provider = provider or get_provider(cycle.invoice.provider)
     inv = provider.fetch_invoice(cycle.invoice.provider_invoice_id)
     receipt = receipt_record(object_type="invoice", body=inv.raw, invoice=cycle.invoice, account=inv.account,
                              fetched_at=trusted_now())

@@ -18,14 +18,13 @@ from django.db import IntegrityError, transaction
 from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 from dunning.clock import trusted_now
 from dunning.handoff import TaskHandoff
-from dunning.models import ProviderEvent, Verification, WebhookDelivery
+from dunning.models import EventOutcome, ProviderEvent, Verification, WebhookDelivery
 from dunning.privacy import desensitise, desensitise_body
 from dunning.storable import escape_nul, storable_text, unstorable
 from subscriptions.providers.base import WebhookVerificationError
 from subscriptions.providers.registry import get_provider
 
 log = logging.getLogger(__name__)
-KEPT_HEADERS = {"stripe-signature", "content-type", "content-length", "user-agent", "x-forwarded-for"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,7 @@ def webhook_receive(
     still kept, marked as failed, before the error reaches the provider (who will deliver again).
     """
     now = now or trusted_now()
+    provider = get_provider(provider_name)
     truncated = declared_size > size_limit or len(body) > size_limit
     # The body is stored as bytes (bytea holds any byte); headers are text, where PostgreSQL cannot
     # hold NUL, so a NUL in a header is kept written as \u0000. What is stored is the desensitised
@@ -61,7 +61,7 @@ def webhook_receive(
     # memory, so a re-delivery of identical bytes has the same digest and the raw PII is never written.
     as_received = dict(
         provider=provider_name, received_at=now, remote_addr=_ip_or_none(remote_addr),
-        headers={k: escape_nul(v) for k, v in headers.items() if k.lower() in KEPT_HEADERS},
+        headers={k: escape_nul(v) for k, v in headers.items() if k.lower() in provider.webhook_headers},
         body=desensitise_body(body[:size_limit]),
         body_size=max(declared_size, len(body)), body_sha256=hashlib.sha256(body).hexdigest(), truncated=truncated,
     )
@@ -71,9 +71,8 @@ def webhook_receive(
     if json_nesting_exceeds(body):
         return _reject(raw, 400, "MALFORMED_PAYLOAD", f"payload is nested too deeply to be a provider event "
                                                       f"(more than {MAX_JSON_DEPTH} levels)")
-    signature = next((v for k, v in headers.items() if k.lower() == "stripe-signature"), "")
     try:
-        event = get_provider(provider_name).verify_webhook(payload=body, signature_header=signature, now=now)
+        event = provider.verify_notification(payload=body, headers=headers, now=now)
         problem = _malformed_event(event)
     except WebhookVerificationError as exc:
         return _reject(raw, 400, exc.code, str(exc))
@@ -85,21 +84,43 @@ def webhook_receive(
     if problem:
         return _reject(raw, 400, "MALFORMED_EVENT", problem)
     try:
+        # What the adapter can check at the door (Alipay: the merchant, the order, the amount and
+        # currency against what we sent). A verified event that fails it is kept, quarantined
+        # and never processed, and the provider hears a refusal.
+        quarantine = provider.notification_problem(event)
         with transaction.atomic():
-            row, created = _inbox_insert(provider_name, event, now)
+            row, created = _inbox_insert(provider_name, event, now, quarantine=quarantine)
             raw.verification = Verification.VERIFIED
             raw.claimed_event_id = event["id"]
             raw.event = row
             raw.duplicate = not created
-            raw.http_status = 200
+            refused = quarantine or _held_at_the_door(row)
+            raw.http_status = 400 if refused else 200
+            if refused:
+                raw.rejection_reason = refused[0]
+                raw.detail = escape_nul(refused[1])[:2000]
             raw.save()
-            if created:
+            if created and not refused:
                 transaction.on_commit(lambda: _enqueue(row.pk))
     except Exception as exc:
         _keep_failed(as_received, "INBOX_WRITE_FAILED", exc)
         raise
+    if refused:
+        return IntakeOutcome(400, refused[0], refused[1])
     return IntakeOutcome(200, "DUPLICATE" if not created else "RECEIVED",
                          body={"received": True, "event": event["id"], "duplicate": not created})
+
+
+def _held_at_the_door(row: ProviderEvent) -> tuple[str, str] | None:
+    """A redelivery of an event quarantined at the door gets the same refusal."""
+    if row.outcome == EventOutcome.QUARANTINED and row.outcome_detail.startswith(DOOR_PREFIX):
+        code, _, detail = row.outcome_detail[len(DOOR_PREFIX):].partition(": ")
+        return code, detail
+    return None
+
+
+# How a door quarantine is written in the event's outcome detail ("at intake: CODE: detail").
+DOOR_PREFIX = "at intake: "
 
 
 # The Celery task that processes one event (dunning.tasks.process_provider_event), named by
@@ -194,7 +215,8 @@ def _ip_or_none(remote_addr: str | None) -> str | None:
         return None
 
 
-def _inbox_insert(provider_name: str, event: dict[str, Any], now: datetime) -> tuple[ProviderEvent, bool]:
+def _inbox_insert(provider_name: str, event: dict[str, Any], now: datetime,
+                  quarantine: tuple[str, str] | None = None) -> tuple[ProviderEvent, bool]:
     """Insert once per (provider, event id); the unique constraint decides between concurrent
     deliveries of the same event. A new event (the common case) costs no read first; a redelivery
     pays for a refused insert."""
@@ -205,6 +227,9 @@ def _inbox_insert(provider_name: str, event: dict[str, Any], now: datetime) -> t
                 api_version=event.get("api_version") or "", account=event.get("account") or "",
                 payload=desensitise(event),
                 signature_verified=True, received_at=now, provider_created_at=_created_at(event),
+                **({} if quarantine is None else {
+                    "outcome": EventOutcome.QUARANTINED, "processed_at": now,
+                    "outcome_detail": f"{DOOR_PREFIX}{quarantine[0]}: {quarantine[1]}"[:4000]}),
             )
         return row, True
     except IntegrityError:

@@ -39,9 +39,9 @@ from dunning.reads.cycles import cycle_read
 from subscriptions.models import Customer, Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderCustomer, ProviderNotFound
 from subscriptions.providers.registry import get_provider
+from subscriptions.providers.stripe_adapter import PAYMENT_METHOD_EVENT_TYPES
 
-# The events that can mean "the customer has a new payment method" (their bodies name the customer).
-PAYMENT_METHOD_EVENT_TYPES = frozenset({"customer.updated", "payment_method.attached", "setup_intent.succeeded"})
+__all__ = ["PAYMENT_METHOD_EVENT_TYPES", "customer_payment_method_refresh", "payment_method_event"]
 UNPAID = ("open", "uncollectible")
 CAS_TRIES = 3
 

@@ -10,7 +10,6 @@ import logging
 import traceback
 from datetime import datetime
 
-from django.conf import settings
 from django.db.models import Max
 from django.db.models.functions import Coalesce
 
@@ -20,12 +19,11 @@ from dunning.acceptance.opening import InvoiceFacts, OpeningRefused, cycle_open_
 from dunning.acceptance.transitions import cycle_accept_transition
 from dunning.clock import trusted_now
 from dunning.evidence.next_edge import cycle_reconcile_with_invoice, invoice_update
-from dunning.evidence.payment_methods import PAYMENT_METHOD_EVENT_TYPES, payment_method_event
+from dunning.evidence.payment_methods import payment_method_event
 from dunning.evidence.processing_result import Processing
 from dunning.evidence.receipts import receipt_record
 from dunning.evidence.subscription_import import ContractRefused, subscription_import
 from dunning.models import (
-    PAID_EVENT_TYPES,
     DunningCycle,
     EventOutcome,
     FactKind,
@@ -37,7 +35,14 @@ from dunning.models import (
 from dunning.state_names import invoice_status_rank
 from dunning.states import CycleState
 from subscriptions.models import Subscription
-from subscriptions.providers.base import PaymentProvider, ProviderIndeterminate, ProviderInvoice, ProviderNotFound
+from subscriptions.providers.base import (
+    EventKind,
+    EventSubject,
+    PaymentProvider,
+    ProviderIndeterminate,
+    ProviderInvoice,
+    ProviderNotFound,
+)
 from subscriptions.providers.registry import get_provider
 
 log = logging.getLogger(__name__)
@@ -84,25 +89,23 @@ def event_process(*, event_pk: int, now: datetime | None = None) -> str:
 
 def _process(event: ProviderEvent, provider: PaymentProvider, now: datetime) -> Processing:
     p = Processing()
-    expected_account = settings.STRIPE_ACCOUNT
+    expected_account = provider.account
     if event.account and expected_account and event.account != expected_account:
         return p.finish(EventOutcome.QUARANTINED, f"event for account {event.account}, expected {expected_account}")
-    kind = event.event_type
-    obj = event.payload["data"]["object"]
+    # The adapter reads its own event vocabulary; from here on the event is one of the product's kinds.
+    subject = provider.event_subject(event.event_type, event.payload)
     cause = Cause.event(event.event_id)
-    if kind.startswith("customer.subscription."):
-        return _subscription_event(p, event, provider, obj["id"], cause, now)
-    if kind in PAYMENT_METHOD_EVENT_TYPES:
+    if subject.kind == EventKind.SUBSCRIPTION:
+        return _subscription_event(p, event, provider, subject.object_id, cause, now)
+    if subject.kind == EventKind.PAYMENT_METHOD:
         return payment_method_event(p, event, provider, cause, now)
-    if kind.startswith("invoice."):
-        if not obj.get("id"):
-            return p.finish(EventOutcome.IGNORED, f"{kind} has no invoice id (upcoming invoices are previews)")
-        return _invoice_evidence(p, event, provider, obj["id"], cause, now)
-    if kind.startswith(("payment_intent.", "charge.")) and not kind.startswith("charge.dispute."):
-        return _payment_event(p, event, provider, obj, cause, now)
-    if kind.startswith("charge.dispute."):
-        return _dispute_event(p, event, provider, obj["id"], cause, now)
-    return p.finish(EventOutcome.IGNORED, f"event type {kind} is not used for dunning")
+    if subject.kind == EventKind.INVOICE:
+        return _invoice_evidence(p, event, provider, subject.object_id, cause, now, says_paid=subject.says_paid)
+    if subject.kind == EventKind.PAYMENT:
+        return _payment_event(p, event, provider, subject, cause, now)
+    if subject.kind == EventKind.DISPUTE:
+        return _dispute_event(p, event, provider, subject.object_id, cause, now)
+    return p.finish(EventOutcome.IGNORED, subject.detail or f"event type {event.event_type} is not used for dunning")
 
 
 def _subscription_event(p: Processing, event: ProviderEvent, provider: PaymentProvider, sub_id: str, cause: Cause,
@@ -115,7 +118,7 @@ def _subscription_event(p: Processing, event: ProviderEvent, provider: PaymentPr
         intake = subscription_import(remote, cause=cause, now=now, fetched_at=trusted_now(), event=event,
                                      provider=provider)
     except ContractRefused as refused:
-        p.subscription = Subscription.objects.filter(provider="stripe", provider_subscription_id=sub_id).first()
+        p.subscription = Subscription.objects.filter(provider=provider.name, provider_subscription_id=sub_id).first()
         return p.finish(EventOutcome.QUARANTINED, f"contract not applied: {refused.code}: {refused.detail}")
     p.subscription = intake.subscription
     if intake.created:
@@ -127,9 +130,9 @@ def _subscription_event(p: Processing, event: ProviderEvent, provider: PaymentPr
                     f"provider status {remote.status}; {result.detail}")
 
 
-def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProvider, invoice_id: str,
+def _invoice_evidence(p: Processing, event: ProviderEvent | None, provider: PaymentProvider, invoice_id: str,
                       cause: Cause, now: datetime, *, payment_ref: str = "",
-                      extra_facts: tuple[FactSpec, ...] = ()) -> Processing:
+                      extra_facts: tuple[FactSpec, ...] = (), says_paid: bool = False) -> Processing:
     try:
         inv = provider.fetch_invoice(invoice_id)
     except ProviderNotFound:
@@ -137,7 +140,7 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
     stale = invoice_read_is_stale(inv)
     if stale:
         raise ProviderIndeterminate(stale)  # an old copy would move the mirror back; asked again later
-    if event.event_type in PAID_EVENT_TYPES and inv.status != "paid":
+    if says_paid and inv.status != "paid":
         # A paid invoice never becomes unpaid again, so this read predates the event (a lagging
         # replica or cache). The event's body is not evidence, but it says when to ask again:
         # the event stays pending and is retried, instead of waiting for grace expiry to notice.
@@ -146,9 +149,9 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
     fetched_at = trusted_now()
     if not inv.subscription_id:
         receipt_record(object_type="invoice", body=inv.raw, account=inv.account, fetched_at=fetched_at,
-                       cause_event=event)
+                       cause_event=event, provider=provider.name)
         return p.finish(EventOutcome.UNATTRIBUTABLE, f"invoice {invoice_id} belongs to no subscription")
-    sub = Subscription.objects.filter(provider="stripe", provider_subscription_id=inv.subscription_id).first()
+    sub = Subscription.objects.filter(provider=provider.name, provider_subscription_id=inv.subscription_id).first()
     if sub is None:
         try:
             sub = subscription_import(provider.fetch_subscription(inv.subscription_id), cause=cause, now=now,
@@ -164,12 +167,12 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
         cycle = _cycle_for(sub, inv, cause, now)
     except OpeningRefused as refused:
         receipt_record(object_type="invoice", body=inv.raw, account=inv.account, fetched_at=fetched_at,
-                       cause_event=event)
+                       cause_event=event, provider=provider.name)
         return p.finish(EventOutcome.QUARANTINED, f"no cycle opened for invoice {inv.id}: {refused.code}: "
                                                   f"{refused.detail}")
     p.invoice, p.cycle = cycle.invoice, cycle
     receipt = receipt_record(object_type="invoice", body=inv.raw, invoice=cycle.invoice, account=inv.account,
-                             fetched_at=fetched_at, cause_event=event)
+                             fetched_at=fetched_at, cause_event=event, provider=provider.name)
     if cycle.invoice.status == "draft" and cycle.state == CycleState.CURRENT and inv.amount_due != cycle.amount:
         cycle = _revise_draft_amount(p, cycle, inv, receipt, cause, fetched_at)
     mismatch = _amount_mismatch(cycle, inv)
@@ -191,7 +194,8 @@ def _invoice_evidence(p: Processing, event: ProviderEvent, provider: PaymentProv
 
 
 def _cycle_for(sub: Subscription, inv: ProviderInvoice, cause: Cause, now: datetime) -> DunningCycle:
-    existing = DunningCycle.objects.select_related("invoice").filter(invoice__provider_invoice_id=inv.id).first()
+    existing = (DunningCycle.objects.select_related("invoice")
+                .filter(invoice__provider=sub.provider, invoice__provider_invoice_id=inv.id).first())
     if existing is not None:
         return existing
     return cycle_open_for_invoice(
@@ -265,19 +269,18 @@ def _invoice_for_payment(provider: PaymentProvider, refs: list[str]) -> str | No
     return None
 
 
-def _payment_event(p: Processing, event: ProviderEvent, provider: PaymentProvider, obj: dict, cause: Cause,
-                   now: datetime) -> Processing:
-    payment_id = obj["id"]
-    refs = [payment_id, obj.get("payment_intent") or "", obj.get("charge") or ""]
-    invoice_id = _invoice_for_payment(provider, [r if isinstance(r, str) else r.get("id", "") for r in refs])
+def _payment_event(p: Processing, event: ProviderEvent, provider: PaymentProvider, subject: EventSubject,
+                   cause: Cause, now: datetime) -> Processing:
+    payment_id = subject.object_id
+    invoice_id = _invoice_for_payment(provider, list(subject.payment_refs or (payment_id,)))
     if invoice_id is None:
         return p.finish(EventOutcome.UNATTRIBUTABLE, f"payment {payment_id} is not linked to any invoice we know")
-    _refuse_stale_invoice_read(provider, invoice_id, must_be_paid=event.event_type == "charge.refunded")
+    _refuse_stale_invoice_read(provider, invoice_id, must_be_paid=subject.says_refunded)
     extra: tuple[FactSpec, ...] = ()
-    if event.event_type == "charge.refunded":
+    if subject.says_refunded:
         payment = provider.fetch_payment(payment_id)
         receipt_record(object_type=payment.object or "charge", body=payment.raw, fetched_at=trusted_now(),
-                       cause_event=event)
+                       cause_event=event, provider=provider.name)
         # The fetched charge shows its cumulative refunded total. The fact is offered with that
         # total (one dedupe key per total); the acceptance turns it into the increment over the
         # refunds on record, under the invoice's lock. A total already covered is not offered at all.
@@ -286,15 +289,15 @@ def _payment_event(p: Processing, event: ProviderEvent, provider: PaymentProvide
         if payment.amount_refunded > on_record:
             extra = (FactSpec(FactKind.REFUNDED, payment.amount_refunded, payment.currency,
                               f"refund:{payment.id}:{payment.amount_refunded}", now, provider_ref=payment.id),)
-    failure = event.event_type in ("payment_intent.payment_failed", "charge.failed")
     return _invoice_evidence(p, event, provider, invoice_id, cause, now,
-                             payment_ref=payment_id if failure else "", extra_facts=extra)
+                             payment_ref=payment_id if subject.says_payment_failed else "", extra_facts=extra)
 
 
 def _dispute_event(p: Processing, event: ProviderEvent, provider: PaymentProvider, dispute_id: str, cause: Cause,
                    now: datetime) -> Processing:
     dispute = provider.fetch_dispute(dispute_id)
-    receipt_record(object_type="dispute", body=dispute.raw, fetched_at=trusted_now(), cause_event=event)
+    receipt_record(object_type="dispute", body=dispute.raw, fetched_at=trusted_now(), cause_event=event,
+                   provider=provider.name)
     refs = [dispute.payment_ref, dispute.raw.get("charge") or "", dispute.raw.get("payment_intent") or ""]
     invoice_id = _invoice_for_payment(provider, [r if isinstance(r, str) else r.get("id", "") for r in refs])
     if invoice_id is None:
@@ -371,6 +374,14 @@ def invoice_read_is_stale(inv: ProviderInvoice, *, must_be_paid: bool = False) -
     shown = ", ".join(sorted(held)) or "paid, for a refunded or disputed charge"
     return f"invoice {inv.id} reads {inv.status}, behind what the provider already showed ({shown}): a stale read; " \
            f"asking again later"
+
+
+def invoice_refresh(*, provider_name: str, invoice_id: str, cause: Cause, now: datetime | None = None) -> Processing:
+    """Fetch one invoice now and reconcile its cycle (opening it when new), as an event naming the
+    invoice would: for invoices no provider event names, such as the renewal orders the merchant
+    opens itself for Alipay. Raises ProviderIndeterminate when the provider cannot say."""
+    now = now or trusted_now()
+    return _invoice_evidence(Processing(), None, get_provider(provider_name), invoice_id, cause, now)
 
 
 def event_process_fresh(event: ProviderEvent, *, now: datetime, provider: PaymentProvider | None = None

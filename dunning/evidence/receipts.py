@@ -26,11 +26,12 @@ def receipt_record(
     account: str = "",
     fetched_at: datetime | None = None,
     cause_event: ProviderEvent | None = None,
-    provider: str = "stripe",
+    provider: str = "stripe",  # the adapter's name; an invoice's receipt is its invoice's provider's
 ) -> ProviderReceipt:
     amount = body.get("amount_due", body.get("amount"))
     return ProviderReceipt.objects.create(
-        provider=provider, object_type=object_type, object_id=str(body["id"]), account=account,
+        provider=invoice.provider if invoice is not None else provider, object_type=object_type,
+        object_id=str(body["id"]), account=account,
         status=str(body.get("status", "")), amount=int(amount) if amount is not None else None,
         # The digest is of the body as fetched; only its desensitised form is stored (dunning.privacy).
         currency=str(body.get("currency", ""))[:3], body=desensitise(body), body_digest=body_digest(body),

@@ -45,12 +45,13 @@ def subscription_import(remote: ProviderSubscription, *, cause: Cause, now: date
                         provider: PaymentProvider | None = None) -> ContractIntake:
     """Import or update the contract from a fresh fetch (`fetched_at`: when it was fetched)."""
     fetched_at = fetched_at or trusted_now()
-    existing = Subscription.objects.filter(provider="stripe", provider_subscription_id=remote.id).first()
+    existing = Subscription.objects.filter(provider=remote.provider, provider_subscription_id=remote.id).first()
     update = ContractUpdate.from_provider(remote, fetched_at=fetched_at)
     if remote.price_ids and (existing is None or not existing.plan_name or existing.price_id != remote.price_ids[0]):
-        update = replace(update, plan_name=_product_name(remote.price_ids[0], provider))
+        update = replace(update, plan_name=_product_name(remote.price_ids[0], provider, remote.provider))
     receipt = receipt_record(object_type="subscription", body=remote.raw or {"id": remote.id, "status": remote.status},
-                             account=remote.account, fetched_at=fetched_at, cause_event=event)
+                             account=remote.account, fetched_at=fetched_at, cause_event=event,
+                             provider=remote.provider)
     if existing is None:
         return _register(remote, update, cause, now)
     result: TransitionResult | None = None
@@ -73,18 +74,18 @@ def subscription_import(remote: ProviderSubscription, *, cause: Cause, now: date
     return ContractIntake(existing, False, result, changed)
 
 
-def _product_name(price_id: str, provider: PaymentProvider | None) -> str:
+def _product_name(price_id: str, provider: PaymentProvider | None, remote_provider: str) -> str:
     """What customers call the plan (pages and emails never show a price id). Asked once per plan
     read, not per page; a provider that cannot say leaves the name on record."""
     try:
-        return (provider or get_provider("stripe")).fetch_price(price_id).product_name.strip()[:255]
+        return (provider or get_provider(remote_provider)).fetch_price(price_id).product_name.strip()[:255]
     except ProviderError:
         return ""
 
 
 def _register(remote: ProviderSubscription, update: ContractUpdate, cause: Cause, now: datetime) -> ContractIntake:
     customer, _ = Customer.objects.get_or_create(
-        provider="stripe", provider_customer_id=remote.customer_id,
+        provider=remote.provider, provider_customer_id=remote.customer_id,
         defaults={"email": remote.customer_email or f"{remote.customer_id}@unknown.invalid"},
     )
     try:

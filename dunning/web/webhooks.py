@@ -1,27 +1,22 @@
-"""POST /webhooks/stripe/ — parse the request, hand it to the intake service, answer fast."""
+"""POST /webhooks/<provider>/ — parse the request, hand it to the intake service, answer fast, in
+the form the provider expects (its adapter's `answer_notification`)."""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from dunning.evidence.intake import webhook_receive
-from dunning.web.problems import problem
-
-TITLES = {
-    "BODY_TOO_LARGE": "Webhook body too large",
-    "MALFORMED_EVENT": "Not a provider event",
-    "MALFORMED_PAYLOAD": "Webhook payload is not a JSON event",
-    "TIMESTAMP_TOO_OLD": "Webhook signature too old",
-    "TIMESTAMP_IN_FUTURE": "Webhook signature from the future",
-}
+from subscriptions.providers.registry import PROVIDER_NAMES, get_provider
 
 
 @csrf_exempt
 @require_POST
-def stripe_webhook(request: HttpRequest) -> HttpResponse:
+def provider_webhook(request: HttpRequest, provider_name: str) -> HttpResponse:
+    if provider_name not in PROVIDER_NAMES:
+        raise Http404(f"no provider {provider_name!r}")
     limit = settings.WEBHOOK_MAX_BODY_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -30,10 +25,9 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
     # Read at most limit + 1 bytes: enough to know the body is too large, never the whole of it.
     body = request.read(limit + 1)
     outcome = webhook_receive(
-        provider_name="stripe", body=body, headers=dict(request.headers), remote_addr=request.META.get("REMOTE_ADDR"),
-        declared_size=declared, size_limit=limit,
+        provider_name=provider_name, body=body, headers=dict(request.headers),
+        remote_addr=request.META.get("REMOTE_ADDR"), declared_size=declared, size_limit=limit,
     )
-    if outcome.status == 200:
-        return JsonResponse(outcome.body)
-    title = TITLES.get(outcome.code, "Webhook signature verification failed")
-    return problem(outcome.status, f"webhook-{outcome.code}", title, outcome.detail, code=outcome.code)
+    answer = get_provider(provider_name).answer_notification(status=outcome.status, code=outcome.code,
+                                                             detail=outcome.detail, body=outcome.body)
+    return HttpResponse(answer.body, status=answer.status, content_type=answer.content_type)

@@ -9,8 +9,9 @@ have happened and must be resolved by querying, never by a new attempt.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 
@@ -121,6 +122,7 @@ class ProviderSubscription:
     # pause_collection (status stays active) or status "paused": collection is paused until resumes_at.
     pause_behavior: str = ""  # "" when not paused; keep_as_draft | mark_uncollectible | void
     pause_resumes_at: datetime | None = None
+    provider: str = "stripe"  # the adapter that read it (PaymentProvider.name)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -154,8 +156,70 @@ class PayOutcome:
     payment_ref: str
 
 
+class EventKind:
+    """What a stored provider event is about, in the product's own words (each adapter maps its
+    own event vocabulary onto these)."""
+
+    SUBSCRIPTION = "subscription"  # the contract (a Stripe subscription, an Alipay agreement)
+    INVOICE = "invoice"  # an invoice or renewal order: fetch it and reconcile its cycle
+    PAYMENT = "payment"  # a payment or charge: find its invoice, then as INVOICE
+    DISPUTE = "dispute"
+    PAYMENT_METHOD = "payment_method"  # the customer's payment method may have changed
+    IGNORED = "ignored"
+
+
+@dataclass(frozen=True)
+class EventSubject:
+    """An adapter's reading of one stored event: which object to fetch, and what the event claims
+    (a claim is never evidence; it only says when a fresh read must be older than the event)."""
+
+    kind: str  # an EventKind
+    object_id: str = ""
+    payment_refs: tuple[str, ...] = ()  # PAYMENT: every id that names the payment (intent, charge)
+    says_paid: bool = False  # the event says its invoice was paid
+    says_payment_failed: bool = False  # the event says this payment failed
+    says_refunded: bool = False  # the event says this payment was refunded
+    detail: str = ""  # IGNORED: why
+
+
+@dataclass(frozen=True)
+class NotificationAnswer:
+    """What the provider is told about one delivery, in the form it expects (Stripe: JSON and a
+    status code; Alipay: the plain-text word `success`, anything else is a failure)."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
 class PaymentProvider(Protocol):
     name: str
+    label: str  # how people call it ("Stripe", "Alipay")
+    account: str  # the merchant account this adapter serves; events and objects of another are quarantined
+    webhook_headers: frozenset[str]  # request headers kept with every delivery (lower case)
+    idempotency_retention: timedelta  # how long a resend under the same key is answered from the provider's record
+    lists_events: bool  # the provider can list past events (the missed-event reconciliation asks it)
+    paid_event_types: frozenset[str]  # stored event types that say an invoice was paid (the paid -> FULL alert)
+
+    def verify_notification(self, *, payload: bytes, headers: Mapping[str, str], now: datetime) -> dict[str, Any]:
+        """Verify one raw delivery and return it as the stored event: a dict with `id`, `type`,
+        `data.object` (with the object's `id`), and `account` / `created` when known. Raises
+        WebhookVerificationError, whose code says what failed."""
+        ...
+
+    def notification_problem(self, event: dict[str, Any]) -> tuple[str, str] | None:
+        """(code, detail) when a verified event must be quarantined at the door (the merchant,
+        order, amount or currency does not match what we sent); None when it may be processed."""
+        ...
+
+    def event_subject(self, event_type: str, payload: dict[str, Any]) -> EventSubject:
+        """What a stored event is about. Pure: reads the stored payload, asks nothing."""
+        ...
+
+    def answer_notification(self, *, status: int, code: str, detail: str, body: dict[str, Any]) -> NotificationAnswer:
+        """The answer to a delivery: `status` 200 when it is stored (`body` says what), else the
+        refusal's status, code and detail."""
+        ...
 
     def fetch_invoice(self, invoice_id: str) -> ProviderInvoice: ...
 

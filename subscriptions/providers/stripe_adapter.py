@@ -10,13 +10,16 @@ pinned to different versions in the wild, so event bodies come in either shape t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import stripe
 
 from subscriptions.providers.base import (
+    EventKind,
+    EventSubject,
+    NotificationAnswer,
     PayOutcome,
     ProviderCustomer,
     ProviderDeclined,
@@ -34,6 +37,21 @@ from subscriptions.providers.base import (
 
 NEW_SHAPE_SINCE = "2025-03-31"
 DEFAULT_TOLERANCE_SECONDS = 300
+SIGNATURE_HEADER = "stripe-signature"
+# Stripe's event vocabulary, read by `StripeProvider.event_subject`.
+PAID_EVENT_TYPES = frozenset({"invoice.paid", "invoice.payment_succeeded"})
+PAYMENT_FAILED_EVENT_TYPES = frozenset({"payment_intent.payment_failed", "charge.failed"})
+# The events that can mean "the customer has a new payment method" (their bodies name the customer).
+PAYMENT_METHOD_EVENT_TYPES = frozenset({"customer.updated", "payment_method.attached", "setup_intent.succeeded"})
+# What a refused delivery's problem document is titled, by refusal code.
+REFUSAL_TITLES = {
+    "BODY_TOO_LARGE": "Webhook body too large",
+    "MALFORMED_EVENT": "Not a provider event",
+    "MALFORMED_PAYLOAD": "Webhook payload is not a JSON event",
+    "TIMESTAMP_TOO_OLD": "Webhook signature too old",
+    "TIMESTAMP_IN_FUTURE": "Webhook signature from the future",
+}
+PROBLEM_BASE = "https://dunning.invalid/problems/"
 T = TypeVar("T")
 
 
@@ -170,8 +188,41 @@ def parse_subscription(raw: dict[str, Any], *, account: str) -> ProviderSubscrip
     )
 
 
+def _ref(value: Any) -> str:
+    return (value.get("id") or "" if isinstance(value, dict) else value) if isinstance(value, (str, dict)) else ""
+
+
+def stripe_event_subject(event_type: str, payload: dict[str, Any]) -> EventSubject:
+    """Stripe's event types in the product's words (`EventKind`)."""
+    obj = (payload.get("data") or {}).get("object") or {}
+    object_id = obj.get("id") if isinstance(obj.get("id"), str) else ""
+    if event_type.startswith("customer.subscription."):
+        return EventSubject(EventKind.SUBSCRIPTION, object_id)
+    if event_type in PAYMENT_METHOD_EVENT_TYPES:
+        return EventSubject(EventKind.PAYMENT_METHOD, object_id)
+    if event_type.startswith("invoice."):
+        if not object_id:
+            return EventSubject(EventKind.IGNORED, detail=f"{event_type} has no invoice id (upcoming invoices are "
+                                                            f"previews)")
+        return EventSubject(EventKind.INVOICE, object_id, says_paid=event_type in PAID_EVENT_TYPES)
+    if event_type.startswith("charge.dispute."):
+        return EventSubject(EventKind.DISPUTE, object_id)
+    if event_type.startswith(("payment_intent.", "charge.")):
+        refs = tuple(r for r in (object_id, _ref(obj.get("payment_intent")), _ref(obj.get("charge"))) if r)
+        return EventSubject(EventKind.PAYMENT, object_id, payment_refs=refs,
+                            says_payment_failed=event_type in PAYMENT_FAILED_EVENT_TYPES,
+                            says_refunded=event_type == "charge.refunded")
+    return EventSubject(EventKind.IGNORED, detail=f"event type {event_type} is not used for dunning")
+
+
 class StripeProvider:
     name = "stripe"
+    label = "Stripe"
+    webhook_headers = frozenset({SIGNATURE_HEADER, "content-type", "content-length", "user-agent", "x-forwarded-for"})
+    # Stripe keeps idempotency keys for 24 hours.
+    idempotency_retention = timedelta(hours=24)
+    lists_events = True
+    paid_event_types = PAID_EVENT_TYPES
 
     def __init__(self, *, api_key: str, api_base: str, webhook_secrets: Iterable[str], account: str = "",
                  timeout: float = 10.0, api_version: str | None = None) -> None:
@@ -316,6 +367,25 @@ class StripeProvider:
                                payment_ref=ref, raw=invoice.raw)
 
     # ---- webhooks
+    def verify_notification(self, *, payload: bytes, headers: Mapping[str, str], now: datetime) -> dict[str, Any]:
+        signature = next((v for k, v in headers.items() if k.lower() == SIGNATURE_HEADER), "")
+        return self.verify_webhook(payload=payload, signature_header=signature, now=now)
+
+    def notification_problem(self, event: dict[str, Any]) -> tuple[str, str] | None:
+        return None  # Stripe's checks (account, amounts) need fetched objects: processing makes them
+
+    def event_subject(self, event_type: str, payload: dict[str, Any]) -> EventSubject:
+        return stripe_event_subject(event_type, payload)
+
+    def answer_notification(self, *, status: int, code: str, detail: str, body: dict[str, Any]) -> NotificationAnswer:
+        if status == 200:
+            return NotificationAnswer(200, "application/json", json.dumps(body).encode())
+        # An RFC 9457 problem document, as every client-facing error of the product.
+        problem = {"type": PROBLEM_BASE + f"webhook-{code}".lower().replace("_", "-"),
+                   "title": REFUSAL_TITLES.get(code, "Webhook signature verification failed"), "status": status,
+                   **({"detail": detail} if detail else {}), "code": code}
+        return NotificationAnswer(status, "application/problem+json", json.dumps(problem).encode())
+
     def verify_webhook(self, *, payload: bytes, signature_header: str, now: datetime) -> dict[str, Any]:
         if not signature_header:
             raise WebhookVerificationError("missing Stripe-Signature header", code="SIGNATURE_MISSING")
