@@ -5,6 +5,7 @@ complete wherever Django runs: a worker, beat, `manage.py run_jobs`, a test."""
 from dunning.jobs import (  # noqa: F401
     alert_deliveries,
     alerts,
+    alipay_jobs,
     contract_jobs,
     cycle_jobs,
     duties,

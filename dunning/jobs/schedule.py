@@ -13,6 +13,7 @@ JOB_CADENCE: dict[str, int] = {
     "unknown_payments": 300,
     "exception_expiry": 60,
     "local_retries": 60,
+    "alipay_renewals": 300,  # seed 003: the merchant opens Alipay renewal orders itself: jobs/alipay_jobs.py
     "contract_deadlines": 60,
     "grace_expiry": 60,
     "restriction": 300,
@@ -23,6 +24,7 @@ JOB_CADENCE: dict[str, int] = {
     "alerts": 60,
     "alert_deliveries": 30,  # failed alert emails/webhooks, bounded back-off: jobs/alert_deliveries.py
     "reconciliation": 86400,
+    "alipay_bill": 86400,  # Alipay's daily trade bill vs our payments: jobs/alipay_jobs.py
     "compensation_intake": 300,  # seed 003's compensation queue: jobs/duties.py
     "sample_review": 86400,  # one sample per ISO week; the daily run only catches up a missed week
     "purge_raw_bodies": 86400,  # raw provider bodies past RAW_BODY_RETENTION_DAYS: jobs/retention.py

@@ -18,6 +18,7 @@ SPEC_JOBS = {"grace_expiry", "restriction", "cancellation", "unknown_payments", 
              "outbox_relay", "reminders", "reconciliation", "alerts", "inbox_sweep",
              "entitlement_push", "contract_deadlines", "alert_deliveries", "purge_raw_bodies"}
 SPEC_JOBS |= {"compensation_intake", "sample_review"}  # seed 003's duties (issue 19 item 3): dunning/jobs/duties.py
+SPEC_JOBS |= {"alipay_renewals", "alipay_bill"}  # seed 003's Alipay renewals and daily bill (issue 20)
 
 
 def test_every_job_is_registered_scheduled_and_ordered():
