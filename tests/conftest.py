@@ -10,7 +10,7 @@ from tests.verification.fake_stripe import StripeSimulator
 
 # The page tests' browser fixtures (`browser`, `new_page`) and the on-chain tests' local chain
 # (`chain_node`, `chain`: anvil, issue 18), defined once for every folder.
-pytest_plugins = ["tests.support.browser", "tests.support.chain"]
+pytest_plugins = ["tests.support.browser", "tests.support.chain", "tests.support.alipay"]
 
 
 LONG_FIRST = ("tests/simulation/test_ci_seeds.py::",)
@@ -47,6 +47,7 @@ def provider_on_loopback_only(settings):
     """No test may reach a real provider: without the simulator fixture (which points the SDK at
     itself) every provider call goes to a closed loopback port and fails at once."""
     settings.STRIPE_API_BASE = "http://127.0.0.1:9"
+    settings.ALIPAY_GATEWAY_URL = "http://127.0.0.1:9/gateway.do"
 
 
 @pytest.fixture
