@@ -54,7 +54,7 @@ def subscription_register(
         raise OpeningRefused("UNKNOWN_CONTRACT_STATUS", f"provider status {status!r} is not a contract state we know")
     try:
         policy = policy_for_prices(contract.price_ids if contract and contract.price_ids else (price_id,),
-                                   cohort=cohort)
+                                   cohort=cohort, provider=customer.provider, account=provider_account)
     except NoPolicyError as exc:
         raise OpeningRefused("NO_POLICY_FOR_PRICE", str(exc)) from None
     mirror = _contract_fields(contract) if contract else {"provider_status": provider_status}
@@ -155,6 +155,7 @@ def _policy_for_invoice(subscription: Subscription, price_ids: tuple[str, ...]) 
     if not price_ids:
         return subscription.policy
     try:
-        return policy_for_prices(price_ids, cohort=subscription.cohort)
+        return policy_for_prices(price_ids, cohort=subscription.cohort, provider=subscription.provider,
+                                 account=subscription.provider_account)
     except NoPolicyError as exc:
         raise OpeningRefused("NO_POLICY_FOR_PRICE", str(exc)) from None

@@ -37,7 +37,7 @@ from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import now_is_not_ahead, trusted_now
 from dunning.models import DunningCycle, DunningPolicy, TransitionReceipt
 from dunning.policy.cache import policy_spec
-from dunning.policy.publishing import NoPolicyError, policy_for_prices
+from dunning.policy.publishing import NoPolicyError, policy_for_prices, policy_provider
 from dunning.policy.vocabulary import CONTRACT_STATES
 from dunning.states import OPEN_STATES
 from subscriptions.models import Subscription
@@ -157,7 +157,8 @@ def _follow_plan(subscription: Subscription, update: ContractUpdate, changed: li
     if (price_id, interval) == (subscription.price_id, subscription.billing_interval):
         return []
     try:
-        policy = policy_for_prices(update.price_ids or (price_id,), cohort=subscription.cohort)
+        policy = policy_for_prices(update.price_ids or (price_id,), cohort=subscription.cohort,
+                                   provider=subscription.provider, account=subscription.provider_account)
     except NoPolicyError as exc:
         raise Refusal("NO_POLICY_FOR_PRICE", str(exc)) from None
     notes = [f"plan moved from {subscription.price_id} ({subscription.billing_interval}) to {price_id} ({interval})"]
@@ -176,6 +177,10 @@ def _bind(subscription: Subscription, policy_pk: int | None) -> tuple[DunningPol
     policy = DunningPolicy.objects.filter(pk=policy_pk).first()
     if policy is None:
         raise Refusal("UNKNOWN_POLICY", f"no published policy {policy_pk}")
+    policy_provider_name = policy_provider(policy)[0]
+    if policy_provider_name != subscription.provider:
+        raise Refusal("PROVIDER_MISMATCH", f"{policy.identity} is a {policy_provider_name} policy; this subscription "
+                                           f"is collected through {subscription.provider}")
     previous = subscription.policy
     if previous.pk == policy.pk:
         raise Refusal("ALREADY_BOUND", f"subscription is already bound to {policy.identity}")

@@ -18,6 +18,7 @@ from dunning.clock import trusted_now
 from dunning.models import DunningPolicy, IncidentSwitch
 from dunning.policy.cache import policy_spec
 from dunning.policy.permissiveness import describe, most_permissive_not_stricter
+from dunning.policy.publishing import policy_provider
 from subscriptions.models import Subscription
 
 
@@ -74,10 +75,13 @@ def incident_end(*, switch: IncidentSwitch, user: Any, reason: str = "incident e
 def previous_policy_version(policy: DunningPolicy) -> DunningPolicy:
     """The rollback target: the MORE PERMISSIVE earlier version of `policy`, comparing the documents
     (grace, restricted profile, cancellation timing; see dunning.policy.permissiveness), not simply
-    version - 1. An earlier version stricter on any axis is never chosen."""
-    earlier = list(DunningPolicy.objects.filter(name=policy.name, version__lt=policy.version).order_by("-version"))
+    version - 1. An earlier version stricter on any axis is never chosen, nor one stating another
+    provider (a rollback stays with the provider that collects the subscriptions)."""
+    provider = policy_provider(policy)[0]
+    same_name = DunningPolicy.objects.filter(name=policy.name, version__lt=policy.version).order_by("-version")
+    earlier = [p for p in same_name if policy_provider(p)[0] == provider]
     if not earlier:
-        raise IncidentError(f"{policy.identity} has no previous version to roll back to")
+        raise IncidentError(f"{policy.identity} has no previous {provider} version to roll back to")
     current = policy_spec(policy)
     chosen = most_permissive_not_stricter(current, ((policy_spec(p), p) for p in earlier))
     if chosen is None:

@@ -78,16 +78,44 @@ def _storable(doc: PolicyDocument) -> PolicyDocument:
     return doc
 
 
-def policy_for_price(price_id: str, *, cohort: str = "default") -> DunningPolicy:
-    """The newest published policy whose applies_to lists the price (and cohort); else the newest
-    default policy. A legacy plan id is matched like a price id."""
-    return policy_for_prices((price_id,), cohort=cohort)
+def policy_provider(policy: DunningPolicy) -> tuple[str, str]:
+    """The (provider name, provider account) a published policy states in `provider`."""
+    provider = (policy.document or {}).get("provider") or {}
+    return str(provider.get("name") or ""), str(provider.get("account") or "")
 
 
-def policy_for_prices(price_ids: Sequence[str], *, cohort: str = "default") -> DunningPolicy:
-    """The policy for a set of prices (an invoice's lines, a subscription's items): the newest
-    policy listing the first price that any policy lists, else the newest default policy."""
-    policies = list(DunningPolicy.objects.order_by("-published_at", "-version"))
+def policy_for_price(price_id: str, *, provider: str, account: str = "", cohort: str = "default") -> DunningPolicy:
+    """The newest published policy of `provider` whose applies_to lists the price (and cohort); else
+    the newest default policy of `provider`. A legacy plan id is matched like a price id."""
+    return policy_for_prices((price_id,), cohort=cohort, provider=provider, account=account)
+
+
+def policy_for_prices(price_ids: Sequence[str], *, cohort: str, provider: str, account: str) -> DunningPolicy:
+    """The policy for a set of prices (an invoice's lines, a subscription's items) of a subscription
+    collected through `provider` (its name: "stripe", "alipay") on `account` (its provider account).
+
+    Only policies whose `provider.name` is `provider` are candidates: a Stripe policy never binds an
+    Alipay subscription, nor the reverse. Among them, those stating `account` come first (a price id
+    belongs to one provider account), then those of other accounts; inside each group the order is
+    the newest policy listing the first price that any policy lists, else the newest default policy.
+    Raises NoPolicyError, naming the provider, when nothing applies."""
+    policies = [p for p in DunningPolicy.objects.order_by("-published_at", "-version")
+                if policy_provider(p)[0] == provider]
+    same_account = [p for p in policies if policy_provider(p)[1] == account]
+    other_accounts = [p for p in policies if policy_provider(p)[1] != account]
+    for group in (same_account, other_accounts):
+        chosen = _by_price_then_default(group, price_ids, cohort)
+        if chosen is not None:
+            return chosen
+    shown = ", ".join(repr(p) for p in price_ids) or "no price"
+    if not policies:
+        raise NoPolicyError(f"no policy is published for provider {provider!r}, so nothing applies to {shown}")
+    raise NoPolicyError(f"no published policy for provider {provider!r} applies to {shown} "
+                        f"and there is no default policy for {provider!r}")
+
+
+def _by_price_then_default(policies: list[DunningPolicy], price_ids: Sequence[str],
+                           cohort: str) -> DunningPolicy | None:
     for price_id in price_ids:
         for policy in policies:
             if price_id in policy.prices and policy.cohort in (cohort, "*"):
@@ -95,5 +123,4 @@ def policy_for_prices(price_ids: Sequence[str], *, cohort: str = "default") -> D
     for policy in policies:
         if policy.is_default:
             return policy
-    shown = ", ".join(repr(p) for p in price_ids) or "no price"
-    raise NoPolicyError(f"no published policy applies to {shown} and there is no default policy")
+    return None

@@ -26,6 +26,7 @@ from dunning.actions.incidents import IncidentError, incident_start, previous_po
 from dunning.clock import trusted_now
 from dunning.jobs.framework import worker_name
 from dunning.models import DunningPolicy, IncidentSwitch, JobRun
+from dunning.policy.publishing import policy_provider
 from dunning.rollout.errors import RolloutError, require_lead
 from dunning.rollout.promotion import resolve_policy
 from subscriptions.models import Subscription
@@ -129,7 +130,9 @@ def rollout_rebind_forward(*, cohort: str, to_policy: DunningPolicy | str | int,
     target, cohort = rebind_forward_check(cohort=cohort, to_policy=to_policy, by=by, reason=reason, ticket=ticket,
                                           batch=batch)
     now = now or trusted_now()
-    older = _in_cohort(cohort).filter(policy__name=target.name, policy__version__lt=target.version)
+    # Only subscriptions collected through the target's provider (binding refuses the others anyway).
+    older = _in_cohort(cohort).filter(policy__name=target.name, policy__version__lt=target.version,
+                                      provider=policy_provider(target)[0])
     run = JobRun.objects.create(job=REBIND_JOB, run_for=now, started_at=trusted_now(), worker=worker_name(),
                                 detail=f"cohort {cohort!r} → {target.identity} ({ticket})")
     cause = Cause.staff(by, reason=reason, ticket=ticket)

@@ -742,6 +742,32 @@ def test_failure_classes_faults() -> None:
     ]
 
 
+def test_failure_classes_take_provider_sub_codes_with_dots_and_upper_case() -> None:
+    """Alipay's sub_code (ACQ.BALANCE_NOT_ENOUGH) is a decline code like Stripe's: stored lower
+    case, looked up case-insensitively, and a second spelling of it is a fault."""
+    spec = validate_policy(spec_doc(failure_classes={"ACQ.BALANCE_NOT_ENOUGH": "RETRYABLE",
+                                                     "ACQ.AGREEMENT_INVALID": "CUSTOMER_ACTION"}))
+    assert spec.failure_classes == {"acq.balance_not_enough": "RETRYABLE", "acq.agreement_invalid": "CUSTOMER_ACTION"}
+    assert spec.failure_class_for("ACQ.AGREEMENT_INVALID") == "CUSTOMER_ACTION"
+    classes = {"ACQ.SYSTEM_ERROR": "TRANSIENT_UNKNOWN", "acq.system_error": "RETRYABLE"}
+    assert errors_of(spec_doc(failure_classes=classes)) == [
+        "failure_classes.acq.system_error: given twice (decline codes are compared case-insensitively)"
+    ]
+
+
+def test_shipped_alipay_policy_validates() -> None:
+    document = load_policy((POLICY_DIR / "alipay-monthly.yaml").read_text())
+    assert document.identity == "alipay-monthly@1" and document.is_default
+    assert (document.provider_name, document.provider_account) == ("alipay", "2021000000000001")
+    assert document.retry_authority == "LOCAL" and document.max_attempts == 3
+    assert [format_iso_duration(i) for i in document.retry_intervals] == ["PT6H", "P1D"]
+    assert document.prices == ("alipay_monthly",)
+    assert format_iso_duration(document.grace_duration) == "P7D"
+    assert len(document.reminders_before_grace_end) >= 2
+    assert document.mode == "ENFORCE"
+    assert all(code.startswith("acq.") for code in document.failure_classes)
+
+
 @pytest.mark.parametrize(("key", "value", "choices"), [
     ("mode", "LIVE", "SHADOW, NOTIFY_ONLY or ENFORCE"),
     ("clock", "WALL", "DATABASE or APPLICATION"),

@@ -72,22 +72,28 @@ def local_policy(**overrides: Any) -> DunningPolicy:
     return make_policy(**base)
 
 
-def make_subscription(*, price: str = "price_test", email: str | None = None, now: datetime | None = None
-                      ) -> Subscription:
+def make_subscription(*, price: str = "price_test", email: str | None = None, now: datetime | None = None,
+                      provider: str = "stripe", provider_account: str = "acct_test",
+                      provider_subscription_id: str | None = None, cohort: str = "default") -> Subscription:
+    """A registered subscription (Stripe on acct_test unless told). An Alipay one:
+    provider="alipay", provider_account="2021000000000001", provider_subscription_id="2021560300…"."""
     n = next(_seq)
-    customer = Customer.objects.create(email=email or f"customer{n}@example.com", provider_customer_id=f"cus_{n}")
+    customer = Customer.objects.create(email=email or f"customer{n}@example.com", provider=provider,
+                                       provider_customer_id=f"cus_{n}" if provider == "stripe" else f"2088{n:012d}")
     return subscription_register(
-        customer=customer, provider_account="acct_test", provider_subscription_id=f"sub_{n}", price_id=price,
-        cause=Cause.system("test"), now=now,
+        customer=customer, provider_account=provider_account,
+        provider_subscription_id=provider_subscription_id or f"sub_{n}", price_id=price,
+        cohort=cohort, cause=Cause.system("test"), now=now,
     )
 
 
 def open_cycle(subscription: Subscription, *, amount: int = 2500, currency: str = "usd",
-               now: datetime | None = None) -> DunningCycle:
+               now: datetime | None = None, provider_invoice_id: str | None = None) -> DunningCycle:
     n = next(_seq)
     return cycle_open_for_invoice(
         subscription_pk=subscription.pk,
-        invoice=InvoiceFacts(provider_invoice_id=f"in_{n}", amount_due=amount, currency=currency, attempt_count=0),
+        invoice=InvoiceFacts(provider_invoice_id=provider_invoice_id or f"in_{n}", amount_due=amount,
+                             currency=currency, attempt_count=0),
         cause=Cause.system("test"), now=now,
     )
 
