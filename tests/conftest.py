@@ -8,8 +8,9 @@ from dunning.policy.publishing import policy_publish
 from tests.support.builders import make_policy
 from tests.verification.fake_stripe import StripeSimulator
 
-# The page tests' browser fixtures (`browser`, `new_page`) and the on-chain tests' local chain
-# (`chain_node`, `chain`: anvil, issue 18), defined once for every folder.
+# The page tests' browser fixtures (`browser`, `new_page`), the on-chain tests' local chain
+# (`chain_node`, `chain`: anvil, issue 18) and the Alipay simulator (`alipay_sim`, `alipay_keys`,
+# `alipay_notify_receiver`: issue 20), defined once for every folder.
 pytest_plugins = ["tests.support.browser", "tests.support.chain", "tests.support.alipay"]
 
 
