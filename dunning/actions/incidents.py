@@ -81,7 +81,7 @@ def previous_policy_version(policy: DunningPolicy) -> DunningPolicy:
     same_name = DunningPolicy.objects.filter(name=policy.name, version__lt=policy.version).order_by("-version")
     earlier = [p for p in same_name if policy_provider(p)[0] == provider]
     if not earlier:
-        raise IncidentError(f"{policy.identity} has no previous {provider} version to roll back to")
+        raise IncidentError(f"{policy.identity} has no previous version to roll back to among {provider} policies")
     current = policy_spec(policy)
     chosen = most_permissive_not_stricter(current, ((policy_spec(p), p) for p in earlier))
     if chosen is None:

@@ -2,7 +2,7 @@ from django.contrib import admin
 from simple_history.admin import SimpleHistoryAdmin
 
 from dunning.admin.base import ViewOnlyAdmin, ViewOnlyInline
-from dunning.admin.filters import CycleAgeFilter, HeldEventFilter, OwnerFilter
+from dunning.admin.filters import CycleAgeFilter, HeldEventFilter, InvoiceProviderFilter, OwnerFilter, ProviderFilter
 from dunning.admin.operations import EventReprocessMixin
 from dunning.admin.paging import EstimatedCountPaginator
 from dunning.admin.stored_bodies import StoredBodyMixin
@@ -17,6 +17,7 @@ from dunning.models import (
     TransitionReceipt,
     WebhookDelivery,
 )
+from subscriptions.providers.labels import provider_label, provider_with_account
 
 
 class AttemptInline(ViewOnlyInline):
@@ -43,14 +44,19 @@ class ReceiptInline(ViewOnlyInline):
 
 @admin.register(DunningCycle)
 class DunningCycleAdmin(ViewOnlyAdmin, SimpleHistoryAdmin):
-    list_display = ("cycle_id", "subscription", "invoice", "state", "generation", "failure_class",
+    list_display = ("cycle_id", "subscription", "provider_shown", "invoice", "state", "generation", "failure_class",
                     "grace_expires_at", "next_attempt_at", "unknown_owner")
-    list_filter = ("state", "policy", OwnerFilter, CycleAgeFilter, "failure_class", "customer_action_required")
+    list_filter = ("state", InvoiceProviderFilter, "policy", OwnerFilter, CycleAgeFilter, "failure_class",
+                   "customer_action_required")
     list_select_related = ("subscription", "invoice", "unknown_owner")
     search_fields = ("cycle_id", "invoice__provider_invoice_id", "subscription__provider_subscription_id",
                      "subscription__customer__email", "subscription__customer__provider_customer_id")
     inlines = [AttemptInline, FactInline, ReceiptInline]
     show_full_result_count = False
+
+    @admin.display(description="provider", ordering="invoice__provider")
+    def provider_shown(self, cycle: DunningCycle) -> str:
+        return provider_with_account(cycle.invoice.provider, cycle.subscription.provider_account)
 
 
 @admin.register(DunningPolicy)
@@ -65,13 +71,17 @@ class DunningPolicyAdmin(ViewOnlyAdmin):
 class ProviderEventAdmin(EventReprocessMixin, StoredBodyMixin, ViewOnlyAdmin):
     """The inbox: why each event was held, and (billing leads) fetch a held one again."""
 
-    list_display = ("event_label", "outcome_badge", "why", "received")
-    list_filter = (HeldEventFilter, "outcome", "event_type")
+    list_display = ("event_label", "provider_shown", "outcome_badge", "why", "received")
+    list_filter = (HeldEventFilter, ProviderFilter, "outcome", "event_type")
     list_select_related = ("subscription",)
     search_fields = ("event_id",)
-    search_help_text = "The provider's event id (evt_…)."
+    search_help_text = "The provider's event id (evt_…, or Alipay's notify_id)."
     show_full_result_count = False
     paginator = EstimatedCountPaginator
+
+    @admin.display(description="provider", ordering="provider")
+    def provider_shown(self, event: ProviderEvent) -> str:
+        return provider_label(event.provider)
 
 
 @admin.register(ProviderReceipt)
@@ -115,11 +125,15 @@ class OutboxMessageAdmin(ViewOnlyAdmin):
 class WebhookDeliveryAdmin(StoredBodyMixin, ViewOnlyAdmin):
     """Every request that reached the webhook endpoint, verified or not."""
 
-    list_display = ("received_at", "verification", "rejection_reason", "http_status", "claimed_event_id",
-                    "duplicate", "body_size", "remote_addr")
-    list_filter = ("verification", "rejection_reason", "duplicate")
+    list_display = ("received_at", "provider_shown", "verification", "rejection_reason", "http_status",
+                    "claimed_event_id", "duplicate", "body_size", "remote_addr")
+    list_filter = (ProviderFilter, "verification", "rejection_reason", "duplicate")
     search_fields = ("claimed_event_id", "body_sha256")
     show_full_result_count = False
     paginator = EstimatedCountPaginator
+
+    @admin.display(description="provider", ordering="provider")
+    def provider_shown(self, delivery: WebhookDelivery) -> str:
+        return provider_label(delivery.provider)
 
 from dunning.admin import operations as admin_operations  # noqa: E402, F401  (registers the operations pages)

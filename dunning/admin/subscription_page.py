@@ -6,12 +6,13 @@ from simple_history.admin import SimpleHistoryAdmin
 
 from dunning.admin.base import ViewOnlyAdmin, ViewOnlyInline
 from dunning.admin.decisions import ConsoleActionsMixin, allowed_actions
-from dunning.admin.filters import CycleStateFilter, SubscriptionAgeFilter, SubscriptionOwnerFilter
+from dunning.admin.filters import CycleStateFilter, ProviderFilter, SubscriptionAgeFilter, SubscriptionOwnerFilter
 from dunning.admin.timeline import subscription_console
 from dunning.admin.usage_section import usage_section
 from dunning.states import DELINQUENT_STATES
 from entitlements.models import EntitlementSnapshot
 from subscriptions.models import Customer, Invoice, Subscription
+from subscriptions.providers.labels import provider_terms, provider_with_account
 
 
 class SnapshotInline(ViewOnlyInline):
@@ -28,9 +29,9 @@ class SubscriptionAdmin(ConsoleActionsMixin, ViewOnlyAdmin, SimpleHistoryAdmin):
     """The support console's subscription page (SPEC §11): blocking cycles, root, access,
     verdict and one timeline above the fields, with the staff decisions the user may take."""
 
-    list_display = ("provider_subscription_id", "customer_email", "policy", "entitlement_profile",
+    list_display = ("provider_subscription_id", "provider_shown", "customer_email", "policy", "entitlement_profile",
                     "entitlement_generation", "blocking_cycles", "open_since", "provider_status")
-    list_filter = (CycleStateFilter, "policy", SubscriptionOwnerFilter, SubscriptionAgeFilter,
+    list_filter = (CycleStateFilter, ProviderFilter, "policy", SubscriptionOwnerFilter, SubscriptionAgeFilter,
                    "entitlement_profile", "billing_interval", "cohort")
     list_select_related = ("customer", "policy")
     search_fields = ("provider_subscription_id", "customer__email", "customer__provider_customer_id",
@@ -44,6 +45,10 @@ class SubscriptionAdmin(ConsoleActionsMixin, ViewOnlyAdmin, SimpleHistoryAdmin):
         open_debt = Q(cycles__state__in=DELINQUENT_STATES)
         return super().get_queryset(request).annotate(
             blocking_count=Count("cycles", filter=open_debt), oldest_open=Min("cycles__opened_at", filter=open_debt))
+
+    @admin.display(description="provider", ordering="provider")
+    def provider_shown(self, sub: Subscription) -> str:
+        return provider_with_account(sub.provider, sub.provider_account)
 
     @admin.display(description="customer", ordering="customer__email")
     def customer_email(self, sub: Subscription) -> str:
@@ -68,11 +73,20 @@ class SubscriptionAdmin(ConsoleActionsMixin, ViewOnlyAdmin, SimpleHistoryAdmin):
 
 @admin.register(Invoice)
 class InvoiceAdmin(ViewOnlyAdmin, SimpleHistoryAdmin):
-    list_display = ("provider_invoice_id", "subscription", "status", "amount_due", "currency", "revision",
-                    "attempt_count", "next_payment_attempt")
-    list_filter = ("status", "currency")
+    list_display = ("provider_invoice_id", "kind", "provider_shown", "subscription", "status", "amount_due",
+                    "currency", "revision", "attempt_count", "next_payment_attempt")
+    list_filter = (ProviderFilter, "status", "currency")
     list_select_related = ("subscription",)
     search_fields = ("provider_invoice_id", "subscription__provider_subscription_id", "subscription__customer__email")
+
+    @admin.display(description="provider", ordering="provider")
+    def provider_shown(self, invoice: Invoice) -> str:
+        return provider_with_account(invoice.provider, invoice.subscription.provider_account)
+
+    @admin.display(description="kind")
+    def kind(self, invoice: Invoice) -> str:
+        """ "invoice" (Stripe) or "deduction order" (Alipay)."""
+        return provider_terms(invoice.provider).invoice
 
 
 @admin.register(Customer)

@@ -20,6 +20,7 @@ from dunning.models import DunningCycle, MonetaryFact, ProviderEvent, ProviderRe
 from dunning.reads.review import subscription_verdict
 from entitlements.profiles import PROFILES
 from subscriptions.models import Invoice, Subscription
+from subscriptions.providers.labels import dashboard_url, provider_terms
 
 TIMELINE_LIMIT = 100
 
@@ -95,6 +96,26 @@ class CycleRow:
     def amount(self) -> str:
         return _money(self.cycle.amount, self.cycle.currency)
 
+    @property
+    def invoice_term(self) -> str:
+        """ "invoice" (Stripe), "deduction order" (Alipay)."""
+        return provider_terms(self.cycle.invoice.provider).invoice
+
+    @property
+    def invoice_link(self) -> str:
+        """The invoice in the provider's own console (Stripe only; "" otherwise)."""
+        return dashboard_url(self.cycle.invoice.provider, "invoice", self.cycle.invoice.provider_invoice_id)
+
+
+def provider_facts(sub: Subscription) -> dict[str, str]:
+    """Who collects this subscription, in the provider's own words, with a console link where one exists."""
+    terms = provider_terms(sub.provider)
+    return {
+        "name": sub.provider, "label": terms.label, "account_term": terms.account, "account": sub.provider_account,
+        "subscription_term": terms.subscription, "subscription_id": sub.provider_subscription_id,
+        "link": dashboard_url(sub.provider, "subscription", sub.provider_subscription_id),
+    }
+
 
 def subscription_console(sub: Subscription, *, allowed: dict[str, bool]) -> dict[str, Any]:
     """Everything the subscription page shows above the standard fields."""
@@ -110,6 +131,7 @@ def subscription_console(sub: Subscription, *, allowed: dict[str, bool]) -> dict
     profile = PROFILES.get(sub.entitlement_profile)
     return {
         "console_sub": sub,
+        "console_provider": provider_facts(sub),
         "console_blocking": [r for r in rows if r.blocking],
         "console_settled": [r for r in rows if not r.blocking],
         "console_profile_summary": profile.summary if profile else sub.entitlement_profile,

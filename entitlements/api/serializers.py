@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dunning.models import DunningCycle, DunningPolicy, TransitionReceipt
+from dunning.policy.publishing import policy_provider
 from entitlements.profiles import PROFILES
+from subscriptions.providers.labels import provider_summary
 
 # --- outputs ---------------------------------------------------------------------------------------
 
@@ -24,9 +27,19 @@ class CapabilitiesSerializer(serializers.Serializer):
     safety_and_legal_obligations = serializers.BooleanField()
 
 
+class ProviderSerializer(serializers.Serializer):
+    """Who collects the subscription (subscriptions.providers.labels)."""
+
+    name = serializers.CharField(help_text='The provider\'s name: "stripe", "alipay".')
+    label = serializers.CharField(help_text='How people read it: "Stripe", "Alipay".')
+    account = serializers.CharField(help_text="The provider account: a Stripe acct_…, an Alipay app_id.")
+
+
 class EntitlementSerializer(serializers.Serializer):
     subscription = serializers.IntegerField(help_text="Local subscription id.")
-    provider_subscription_id = serializers.CharField(help_text="The provider's subscription id (sub_…).")
+    provider_subscription_id = serializers.CharField(
+        help_text="The provider's subscription id (Stripe sub_…, an Alipay agreement_no).")
+    provider = ProviderSerializer()
     generation = serializers.IntegerField(help_text="Never decreases; a holder of a higher one keeps it.")
     profile = serializers.ChoiceField(choices=list(PROFILES))
     capabilities = CapabilitiesSerializer()
@@ -79,7 +92,8 @@ class ContractSerializer(serializers.Serializer):
 
 class SubscriptionSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    provider = serializers.CharField()
+    provider = serializers.CharField(help_text='The provider\'s name: "stripe", "alipay".')
+    provider_label = serializers.CharField(help_text='How people read the provider: "Stripe", "Alipay".')
     provider_account = serializers.CharField()
     provider_subscription_id = serializers.CharField()
     provider_status = serializers.CharField()
@@ -107,11 +121,18 @@ class TransitionSerializer(serializers.ModelSerializer):
 
 
 class PolicySerializer(serializers.ModelSerializer):
+    provider = serializers.SerializerMethodField()
+
     class Meta:
         model = DunningPolicy
         fields = ["id", "identity", "name", "version", "cohort", "is_default", "mode", "retry_authority", "prices",
-                  "digest", "published_at", "document"]
+                  "digest", "published_at", "document", "provider"]
         read_only_fields = fields
+
+    @extend_schema_field(ProviderSerializer)
+    def get_provider(self, policy: DunningPolicy) -> dict[str, str]:
+        """The provider (and account) the policy binds subscriptions of."""
+        return provider_summary(*policy_provider(policy))
 
 
 class TransitionResultSerializer(serializers.Serializer):

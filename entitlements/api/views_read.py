@@ -32,6 +32,7 @@ from entitlements.api.serializers import (
 )
 from entitlements.profiles import get_profile
 from subscriptions.models import Subscription
+from subscriptions.providers.labels import provider_label, provider_summary
 
 # Entitlements change the moment a cycle restricts or recovers, so no cache may answer from its
 # own copy: `max-age=0, must-revalidate` makes every holder ask again, and the ETag makes asking
@@ -61,13 +62,14 @@ def etag_matches(header: str, etag: str) -> bool:
 
 def entitlement_body(subscription: Subscription) -> dict[str, Any]:
     snapshot = subscription_current_snapshot(subscription)
+    provider = provider_summary(subscription.provider, subscription.provider_account)
     if snapshot is not None:
         return {"subscription": subscription.pk, "provider_subscription_id": subscription.provider_subscription_id,
-                "generation": snapshot.generation, "profile": snapshot.profile,
+                "provider": provider, "generation": snapshot.generation, "profile": snapshot.profile,
                 "capabilities": snapshot.capabilities, "reason": snapshot.reason, "issued_at": snapshot.issued_at}
     profile = get_profile(subscription.entitlement_profile)  # no snapshot yet: state what the row holds
     return {"subscription": subscription.pk, "provider_subscription_id": subscription.provider_subscription_id,
-            "generation": subscription.entitlement_generation, "profile": profile.name,
+            "provider": provider, "generation": subscription.entitlement_generation, "profile": profile.name,
             "capabilities": profile.capabilities(), "reason": "no snapshot issued yet",
             "issued_at": subscription.created_at}
 
@@ -104,6 +106,7 @@ class SubscriptionDetailView(APIView):
         subscription = subscription_for_request(request, ref)
         data = {
             "id": subscription.pk, "provider": subscription.provider,
+            "provider_label": provider_label(subscription.provider),
             "provider_account": subscription.provider_account,
             "provider_subscription_id": subscription.provider_subscription_id,
             "provider_status": subscription.provider_status, "cohort": subscription.cohort,

@@ -56,6 +56,7 @@ from entitlements.api.serializers import (
     TransitionResultSerializer,
 )
 from entitlements.api.views_read import CYCLE_REF
+from subscriptions.providers.labels import KNOWN_PROVIDERS
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True,
@@ -147,6 +148,10 @@ class CycleRetryView(WriteView):
         return idempotent_call(request, run)
 
 
+PROVIDER_FILTER = OpenApiParameter("provider", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
+                                   enum=list(KNOWN_PROVIDERS), description="Only policies of this provider.")
+
+
 class PolicyListView(ListAPIView):
     """GET lists published policies (newest first); POST publishes one (billing leads)."""
 
@@ -164,9 +169,15 @@ class PolicyListView(ListAPIView):
         user = self.request.user
         if isinstance(user, ServicePrincipal) and user.token.cohort:
             queryset = queryset.filter(Q(cohort=user.token.cohort) | Q(cohort="*"))
+        if "provider" in self.request.query_params:
+            provider = self.request.query_params["provider"]
+            if provider not in KNOWN_PROVIDERS:
+                known = ", ".join(KNOWN_PROVIDERS)
+                raise exceptions.ValidationError({"provider": [f"Unknown provider; one of {known}."]})
+            queryset = queryset.filter(document__provider__name=provider)
         return queryset
 
-    @extend_schema(operation_id="policy_list", tags=["policies"],
+    @extend_schema(operation_id="policy_list", tags=["policies"], parameters=[PROVIDER_FILTER],
                    responses={200: PolicySerializer(many=True), **problem_responses()})
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)

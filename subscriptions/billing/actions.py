@@ -7,7 +7,7 @@ disagree. Where no button can work the customer is told why and what to do inste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from dunning.actions.retry_now import (
@@ -18,6 +18,7 @@ from dunning.actions.retry_now import (
 )
 from dunning.models import DunningCycle
 from dunning.policy.cache import policy_spec
+from subscriptions.billing.wording import PaymentWords
 
 UNANSWERED = ("We sent your payment but have not had an answer from your bank yet. We will not charge you twice: "
               "check again in a few minutes, or press the button to ask now.")
@@ -37,12 +38,27 @@ class InvoiceAction:
     tone: str = "info"  # info (plain text) | wait (an answer is awaited) | alert (the customer must act)
 
 
-def invoice_action(cycle: DunningCycle | None, *, amount: str, now: datetime) -> InvoiceAction:
+def invoice_action(cycle: DunningCycle | None, *, amount: str, now: datetime,
+                   words: PaymentWords | None = None) -> InvoiceAction:
+    """`words`: the provider's wording (subscriptions.billing.wording.payment_words); where it has its
+    own text for a card-worded notice (Alipay: sign the deduction agreement again), that text is used."""
     if cycle is None:
         return InvoiceAction()
     if policy_spec(cycle.policy).retry_authority == "PAYMENT_PROVIDER":
-        return _provider_action(cycle, amount, now)
-    return _local_action(cycle)
+        action = _provider_action(cycle, amount, now)
+    else:
+        action = _local_action(cycle)
+    return _in_provider_words(action, words)
+
+
+def _in_provider_words(action: InvoiceAction, words: PaymentWords | None) -> InvoiceAction:
+    if words is None:
+        return action
+    if action.card_declined and words.method_gone:
+        return replace(action, notice=words.method_gone)
+    if action.tone == "alert" and not action.card_declined and words.budget_used:
+        return replace(action, notice=words.budget_used)
+    return action
 
 
 def _provider_action(cycle: DunningCycle, amount: str, now: datetime) -> InvoiceAction:

@@ -17,7 +17,7 @@ from dunning.models import DunningCycle
 from subscriptions.billing.actions import invoice_action
 from subscriptions.billing.plan_names import interval_words, plan_label, product_name
 from subscriptions.billing.usage_card import usage_card
-from subscriptions.billing.wording import access_text, limits, moment, money
+from subscriptions.billing.wording import access_text, limits, moment, money, payment_words
 from subscriptions.models import InvoiceStatus, Subscription
 from subscriptions.usage_reads import export_csv_lines
 
@@ -57,6 +57,7 @@ def subscription_page(request: HttpRequest, pk: int) -> HttpResponse:
     now = trusted_now()
     cycles = list(DunningCycle.objects.filter(subscription=sub).select_related("invoice", "policy", "pending_attempt"))
     by_invoice = {c.invoice_id: c for c in cycles}
+    words = payment_words(sub)
     open_invoices = []
     for inv in sub.invoices.filter(status__in=OPEN_STATUSES).order_by("created_at", "pk"):
         cycle = by_invoice.get(inv.pk)
@@ -70,12 +71,12 @@ def subscription_page(request: HttpRequest, pk: int) -> HttpResponse:
             "next_retry": moment(next_at, now) if next_at and next_at > now else "",
             "pay_url": inv.hosted_invoice_url,
             "cycle_pk": cycle.pk if cycle else None,
-            "action": invoice_action(cycle, amount=due, now=now),
+            "action": invoice_action(cycle, amount=due, now=now, words=words),
         })
     access = access_text(sub, cycles, now)
     product = product_name(sub)
     return render(request, "billing/subscription.html", {
-        "sub": sub, "access": access, "limits": limits(access.profile), "open_invoices": open_invoices,
+        "sub": sub, "words": words, "access": access, "limits": limits(access.profile), "open_invoices": open_invoices,
         "plan": product or interval_words(sub), "billed": interval_words(sub) if product else "",
         "support_email": settings.DUNNING_SUPPORT_EMAIL,
         "usage": usage_card(sub, now, open_invoice=bool(open_invoices)),
@@ -113,7 +114,8 @@ def _tell(request: HttpRequest, outcome, texts: dict[str, str]) -> None:  # noqa
 def retry_now(request: HttpRequest, pk: int, cycle_pk: int) -> HttpResponse:
     """LOCAL retry authority: a local retry now, on the persisted-key path."""
     sub = _own_cycle(request, pk, cycle_pk)
-    _tell(request, cycle_retry_now(cycle_pk=cycle_pk, cause=Cause.customer(request.user)), OUTCOME_TEXT)
+    texts = {**OUTCOME_TEXT, "DECLINED": payment_words(sub).declined}
+    _tell(request, cycle_retry_now(cycle_pk=cycle_pk, cause=Cause.customer(request.user)), texts)
     return redirect("billing-subscription", pk=sub.pk)
 
 

@@ -12,9 +12,10 @@ from dunning.policy.cache import policy_spec
 from dunning.states import GRACE_PROFILE_STATES, RESTRICTED_PROFILE_STATES, CycleState
 from entitlements.profiles import FULL, PROFILES, get_profile, most_restrictive
 from subscriptions.models import Subscription
+from subscriptions.providers.labels import id_tail, provider_label, provider_terms
 
 S = CycleState
-SYMBOLS = {"usd": "$", "eur": "€", "gbp": "£"}
+SYMBOLS = {"usd": "$", "eur": "€", "gbp": "£", "cny": "¥"}
 
 
 def money(amount: int, currency: str) -> str:
@@ -135,3 +136,52 @@ def _debt_text(sub: Subscription, cycles: list[DunningCycle], now: datetime) -> 
                               f"{then_summary(after)}, unless the open invoice is paid.", profile)
     return AccessText(f"{now_words[0].upper()}{now_words[1:]}. Pay the open invoice to restore full access.",
                       profile)
+
+
+# --- how the customer pays, by provider (labels from subscriptions.providers.labels) -------------
+
+
+@dataclass(frozen=True)
+class PaymentWords:
+    """The provider-specific words of the page: a Stripe customer pays by card, an Alipay customer
+    through a recurring deduction agreement (no card wording for Alipay)."""
+
+    paid_through: str  # "Paid through Stripe"
+    retried_on: str  # "We will {retried_on} {date}."
+    update_link: str  # the payment page link after the payment method stopped working
+    other_way_link: str  # the payment page link next to the button
+    pay_page_link: str  # the payment page link when it is the only way
+    pay_page_instruction: str  # "No automatic retry is planned: please {…}."
+    declined: str  # after a retry was declined
+    method_gone: str  # the payment method cannot be used again: what the customer must do
+    budget_used: str  # every allowed attempt was made
+
+
+CARD_WORDS = dict(
+    retried_on="try your card again on", update_link="Update payment method", other_way_link="Use another card",
+    pay_page_link="Pay on the secure payment page", pay_page_instruction="pay on the secure payment page",
+    declined="Your bank declined the payment. Please update your payment method.",
+    method_gone="",  # the card wording of subscriptions.billing.actions
+    budget_used="",
+)
+ALIPAY_WORDS = dict(
+    retried_on="try the Alipay deduction again on", update_link="Pay in Alipay", other_way_link="Pay in Alipay",
+    pay_page_link="Pay in Alipay", pay_page_instruction="pay in Alipay",
+    declined="Alipay could not take the payment. Nothing was charged. Please check that your Alipay balance "
+             "can cover it, or contact support.",
+    method_gone="Your Alipay recurring deduction agreement is no longer active, so we cannot collect this payment. "
+                "Nothing was charged. Please sign the deduction agreement again in Alipay; we will then collect "
+                "the payment for you.",
+    budget_used="We have already tried to collect this payment through Alipay as many times as allowed. Please "
+                "check that your Alipay balance can cover it and contact support.",
+)
+
+
+def payment_words(sub: Subscription) -> PaymentWords:
+    """ "Paid through Stripe" / "Paid through Alipay (recurring deduction agreement …1234)", and the
+    next-step wording of that provider."""
+    if sub.provider == "alipay":
+        agreement = provider_terms(sub.provider).subscription
+        return PaymentWords(f"Paid through Alipay ({agreement} {id_tail(sub.provider_subscription_id)})",
+                            **ALIPAY_WORDS)
+    return PaymentWords(f"Paid through {provider_label(sub.provider)}", **CARD_WORDS)

@@ -109,3 +109,28 @@ def provider_says(monkeypatch):
 
 def at(text: str) -> datetime:
     return datetime.fromisoformat(text)
+
+
+ALIPAY_APP_ID = "2021000000000001"
+ALIPAY_AGREEMENT = "20215603000000001234"
+
+
+@pytest.fixture
+def alipay_scene(db) -> Scene:
+    """An Alipay recurring-deduction subscription (the shipped alipay-monthly policy) whose renewal
+    deduction failed because the customer's deduction agreement is no longer active."""
+    from pathlib import Path
+
+    from dunning.policy.publishing import policy_publish
+
+    policy_publish(text=Path("dunning/policy/shipped/alipay-monthly.yaml").read_text())
+    sub = make_subscription(email="li.wei@example.com", price="alipay_monthly", provider="alipay",
+                            provider_account=ALIPAY_APP_ID, provider_subscription_id=ALIPAY_AGREEMENT)
+    cycle = open_cycle(sub, amount=2900, currency="cny", provider_invoice_id="20260601000000000042")
+    fail_first_payment(cycle, decline_code="ACQ.AGREEMENT_STATUS_NOT_NORMAL")
+    return Scene(Subscription.objects.get(pk=sub.pk), reload(cycle))
+
+
+@pytest.fixture
+def alipay_customer(alipay_scene):
+    return customer_login(alipay_scene.sub, "customer-alipay", password=PASSWORD)

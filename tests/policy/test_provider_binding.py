@@ -106,7 +106,7 @@ def test_the_previous_version_stays_within_the_provider(db):
     assert previous_policy_version(strict_alipay) == kind_alipay, "the Stripe v2 is skipped"
     lone_stripe = make_policy(policy="other-name@2", grace=grace("P4D"))
     make_policy(policy="other-name@1", provider=ALIPAY, grace=grace("P30D"))
-    with pytest.raises(IncidentError, match="no previous stripe version"):
+    with pytest.raises(IncidentError, match="no previous version to roll back to among stripe policies"):
         previous_policy_version(lone_stripe)
 
 
