@@ -14,6 +14,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from Cryptodome.PublicKey import RSA
+
 from tests.verification.fake_alipay.keys import generate_key_pair
 from tests.verification.fake_alipay.server import AlipaySimulator
 
@@ -42,8 +44,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args.key_dir.mkdir(parents=True, exist_ok=True)
     if args.alipay_private_key:
-        from Cryptodome.PublicKey import RSA
-
         alipay_private = args.alipay_private_key.read_text()
         alipay_public = RSA.import_key(alipay_private).publickey().export_key().decode()
     else:

@@ -63,7 +63,7 @@ class AlipaySimulatorCore(NotificationMixin):
         self.agreements: dict[str, Agreement] = {}
         self.trades: dict[tuple[str, str], Trade] = {}  # (app_id, out_trade_no)
         self.bill_tokens: dict[str, tuple[str, date]] = {}
-        self.base_url = ""  # set by the server; bill download URLs point here
+        self.bill_base_url = ""  # set by the server; bill download URLs point here
         self._init_notifications()
 
     # ---- clock
@@ -297,7 +297,7 @@ class AlipaySimulatorCore(NotificationMixin):
         token = uuid.uuid4().hex
         with self.lock:
             self.bill_tokens[token] = (app.app_id, day)
-        return ok(bill_download_url=f"{self.base_url}/bills/{token}")
+        return ok(bill_download_url=f"{self.bill_base_url}/bills/{token}")
 
     def bill_trades(self, app_id: str, day: date) -> list[Trade]:
         """Successful trades whose payment finished on ``day`` (Asia/Shanghai)."""
