@@ -35,6 +35,7 @@ from dunning.policy.cache import policy_spec
 from dunning.reads.cycles import cycle_read
 from dunning.states import NO_RETRY_CLASSES, PENDING_ATTEMPT_STATES, AttemptState, CycleState
 from subscriptions.providers.base import PaymentProvider
+from subscriptions.providers.labels import provider_refusal
 from subscriptions.providers.registry import get_provider
 
 S = CycleState
@@ -130,7 +131,8 @@ def customer_payment_resolve(*, cycle_pk: int, cause: Cause, now: datetime | Non
     cycle = cycle_read(cycle_pk)
     attempt = customer_payment_unresolved(cycle, now)
     if attempt is None:
-        return _refused("ATTEMPT_IN_PROGRESS" if open_customer_payment(cycle) else "NOTHING_TO_PAY")
+        return _refused("ATTEMPT_IN_PROGRESS" if open_customer_payment(cycle) else "NOTHING_TO_PAY",
+                        provider=cycle.invoice.provider)
     return attempt_resolve(RetryOutcome("UNKNOWN"), cycle, cause, now, provider or get_provider(cycle.invoice.provider),
                            CUSTOMER_PAYMENT, attempt)
 
@@ -141,12 +143,12 @@ def cycle_retry_now(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
     cycle = cycle_read(cycle_pk)
     blocker = retry_now_blocker(cycle)
     if blocker is not None:
-        return _refused(blocker)
+        return _refused(blocker, provider=cycle.invoice.provider)
     if cycle.state == S.GRACE_ACTIVE:
         scheduled = cycle_accept_transition(cycle_pk=cycle.pk, edge="schedule_retry", expect=Expect.from_cycle(cycle),
                                             cause=cause, params={"next_attempt_at": now}, now=now)
         if not scheduled.accepted:
-            return _refused(scheduled.reason, scheduled.detail)
+            return _refused(scheduled.reason, scheduled.detail, provider=cycle.invoice.provider)
     return retry_dispatch(cycle_pk=cycle.pk, cause=cause, now=now, provider=provider)
 
 
@@ -162,17 +164,19 @@ def cycle_pay_now(*, cycle_pk: int, cause: Cause, now: datetime | None = None,
         return customer_payment_resolve(cycle_pk=cycle_pk, cause=cause, now=now, provider=provider)
     blocker = pay_now_blocker(cycle)
     if blocker is not None:
-        return _refused(blocker)
+        return _refused(blocker, provider=cycle.invoice.provider)
     out = RetryOutcome("REFUSED")
     dispatched = cycle_accept_transition(cycle_pk=cycle.pk, edge="dispatch_customer_payment",
                                          expect=Expect.from_cycle(cycle), cause=cause, now=now)
     out.results.append(dispatched)
     if not dispatched.accepted:
-        refused = _refused(dispatched.reason, dispatched.detail)
+        refused = _refused(dispatched.reason, dispatched.detail, provider=cycle.invoice.provider)
         refused.results = out.results
         return refused
     return attempt_send(out, dispatched.cycle, cause, now, provider, CUSTOMER_PAYMENT)
 
 
-def _refused(code: str, detail: str = "") -> RetryOutcome:
-    return RetryOutcome("REFUSED", REFUSAL_TEXT.get(code, detail or code), code=code)
+def _refused(code: str, detail: str = "", *, provider: str = "stripe") -> RetryOutcome:
+    """The refusal in the words of the customer's provider (an Alipay customer has no card)."""
+    text = provider_refusal(provider, code) or REFUSAL_TEXT.get(code, detail or code)
+    return RetryOutcome("REFUSED", text, code=code)

@@ -36,6 +36,7 @@ class BillKind:
     AMOUNT_MISMATCH = Kind.AMOUNT_MISMATCH
     LOCAL_PAID_NOT_IN_BILL = "LOCAL_PAID_NOT_IN_BILL"  # we recorded money the bill does not show
     ORDER_PAID_TWICE = "ORDER_PAID_TWICE"  # seed 003: one order, several successful deductions
+    BILL_REFUND = "BILL_REFUND"  # money returned outside this product
 
 
 def _alipay() -> AlipayProvider | None:
@@ -117,7 +118,13 @@ def alipay_bill(run: JobReport) -> None:
 
 def compare_bill(rows: list, *, start: datetime, end: datetime, findings: Findings, run: JobReport) -> None:
     """Seed 003's daily check: Alipay's successful trades, our trades, and our payment facts."""
-    in_bill = {row.out_trade_no: row for row in rows}
+    for row in rows:
+        if row.status != "TRADE_SUCCESS":
+            # Refunds are made outside this product (it sends none): a person should look.
+            findings.add(BillKind.BILL_REFUND, f"Alipay's bill shows a {row.business_type} of {row.amount_fen} fen "
+                         f"for {row.out_trade_no}; this product records no Alipay refunds",
+                         out_trade_no=row.out_trade_no, trade_no=row.trade_no)
+    in_bill = {row.out_trade_no: row for row in rows if row.status == "TRADE_SUCCESS"}
     trades = {t.out_trade_no: t for t in AlipayTrade.objects.select_related("order").filter(
         out_trade_no__in=list(in_bill))}
     facts = {f.provider_ref: f for f in MonetaryFact.objects.filter(
@@ -145,11 +152,12 @@ def compare_bill(rows: list, *, start: datetime, end: datetime, findings: Findin
         if len(paid) + len(others) > 1:
             findings.add(BillKind.ORDER_PAID_TWICE, f"order {order_no} was paid by {len(paid) + len(others)} "
                          f"deductions: {', '.join(sorted([*paid, *others]))}", invoice=order_no)
-    recorded = MonetaryFact.objects.filter(kind=FactKind.PAYMENT_SUCCEEDED, invoice__provider="alipay",
-                                           occurred_at__gte=start, occurred_at__lt=end)
-    for fact in recorded.select_related("invoice"):
-        if fact.provider_ref not in in_bill:
-            findings.add(BillKind.LOCAL_PAID_NOT_IN_BILL, f"we recorded {fact.amount} fen paid for "
-                         f"{fact.invoice.provider_invoice_id} ({fact.provider_ref or 'no deduction named'}); "
-                         f"Alipay's bill of that day does not show it", invoice=fact.invoice.provider_invoice_id,
-                         out_trade_no=fact.provider_ref)
+    # Our side of the day: deductions Alipay told us were paid that day (its own payment time, so
+    # a payment just before midnight is in that day's bill whenever we recorded it).
+    ours = AlipayTrade.objects.select_related("order").filter(status__in=list(PAID_TRADE_STATUSES),
+                                                              paid_at__gte=start, paid_at__lt=end)
+    for trade in ours:
+        if trade.out_trade_no not in in_bill:
+            findings.add(BillKind.LOCAL_PAID_NOT_IN_BILL, f"Alipay told us {trade.out_trade_no} ({trade.amount} "
+                         f"fen, order {trade.order.order_no}) was paid that day; its bill does not show it",
+                         invoice=trade.order.order_no, out_trade_no=trade.out_trade_no)

@@ -26,6 +26,26 @@ _DASHBOARD_PATHS = {"subscription": "subscriptions", "invoice": "invoices", "cus
                     "event": "events"}
 
 
+# The refusals of "Retry payment now" / "Pay now" whose product wording names a card, in the words
+# of a provider that has none (dunning.actions.retry_now.REFUSAL_TEXT holds the card wording).
+PROVIDER_REFUSALS: dict[str, dict[str, str]] = {
+    "alipay": {
+        "RETRY_AUTHORITY_IS_LOCAL": "We try the Alipay deduction again ourselves: use \u201cRetry payment now\u201d "
+                                    "instead.",
+        "NON_RETRYABLE_NO_RETRY": "Alipay refused this deduction in a way that cannot be retried: the recurring "
+                                  "deduction agreement is no longer active. Please sign the deduction agreement "
+                                  "again in Alipay.",
+        "ATTEMPT_BUDGET_EXHAUSTED": "We have already tried the Alipay deduction as many times as allowed. Please "
+                                    "check your Alipay balance or contact support.",
+    },
+}
+
+
+def provider_refusal(name: str, code: str) -> str:
+    """A refusal's text in the provider's own words; "" when the product's wording fits."""
+    return PROVIDER_REFUSALS.get(name, {}).get(code, "")
+
+
 def provider_label(name: str) -> str:
     """"Stripe", "Alipay"; an unknown name as it is."""
     terms = PROVIDERS.get(name)

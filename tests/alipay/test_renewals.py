@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from dunning.acceptance.inputs import Cause
+from dunning.actions.retry_now import cycle_retry_now
 from dunning.jobs.framework import job_run
 from dunning.models import DunningCycle, JobRun, MonetaryFact, PaymentAttempt, ProviderEvent
 from subscriptions.models import AlipayRenewalOrder, AlipayTrade, Subscription
@@ -85,6 +87,10 @@ def test_a_revoked_agreement_stops_retries_and_asks_the_customer(alipay, time_ma
     cycle = _cycle(order)
     assert cycle.customer_action_required and cycle.next_attempt_at is None
     assert cycle.state == "GRACE_ACTIVE" and cycle.subscription.entitlement_profile == "LIMITED"
+    # The customer presses "Retry payment now": refused in Alipay's words, not a card's.
+    refused = cycle_retry_now(cycle_pk=cycle.pk, cause=Cause.system("test"))
+    assert refused.code == "NON_RETRYABLE_NO_RETRY" and "sign the deduction agreement again" in refused.detail
+    assert "card" not in refused.detail
     alipay.relay()
     sub.refresh_from_db()
     assert sub.cancel_at_period_end, "a revoked agreement renews no more"

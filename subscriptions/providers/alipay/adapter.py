@@ -229,7 +229,8 @@ class AlipayProvider:
     def _record_pay_answer(self, trade: AlipayTrade, answer: GatewayAnswer) -> None:
         body = answer.body
         if answer.code == SUCCESS and body.get("trade_status", "TRADE_SUCCESS") in PAID_TRADE_STATUSES:
-            _save(trade, TradeStatus.TRADE_SUCCESS, trade_no=str(body.get("trade_no", "")))
+            _save(trade, TradeStatus.TRADE_SUCCESS, trade_no=str(body.get("trade_no", "")),
+                  paid_at=events.notify_time(str(body.get("gmt_payment", ""))))
         elif answer.code == BUSINESS_FAILED and answer.sub_code in ALREADY_DECIDED:
             self._ask_about(trade)  # decided by an earlier send: the query says how
         elif answer.code == BUSINESS_FAILED and answer.sub_code not in TRANSIENT_SUB_CODES:
@@ -247,7 +248,8 @@ class AlipayProvider:
             status = str(answer.body.get("trade_status", ""))
             if status not in TradeStatus.values:
                 raise ProviderIndeterminate(f"trade {trade.out_trade_no} has status {status[:32]!r}")
-            _save(trade, TradeStatus(status), trade_no=str(answer.body.get("trade_no", "")))
+            _save(trade, TradeStatus(status), trade_no=str(answer.body.get("trade_no", "")),
+                  paid_at=events.notify_time(str(answer.body.get("send_pay_date", ""))))
         elif answer.code == BUSINESS_FAILED and answer.sub_code == "ACQ.TRADE_NOT_EXIST":
             _save(trade, TradeStatus.NOT_FOUND)
         else:
@@ -290,12 +292,15 @@ def _require_success(answer: GatewayAnswer) -> None:
         raise ProviderIndeterminate(f"{answer.method} answered {answer.code} {answer.sub_code}".strip())
 
 
-def _save(trade: AlipayTrade, status: str, *, trade_no: str = "", sub_code: str = "") -> None:
+def _save(trade: AlipayTrade, status: str, *, trade_no: str = "", sub_code: str = "",
+          paid_at: datetime | None = None) -> None:
     trade.status = status
     trade.trade_no = trade_no or trade.trade_no
     trade.sub_code = sub_code or trade.sub_code
     trade.answered_at = _now()
-    trade.save(update_fields=["status", "trade_no", "sub_code", "answered_at"])
+    if status in PAID_TRADE_STATUSES:
+        trade.paid_at = trade.paid_at or paid_at or trade.answered_at
+    trade.save(update_fields=["status", "trade_no", "sub_code", "answered_at", "paid_at"])
 
 
 def _now() -> datetime:

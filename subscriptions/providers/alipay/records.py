@@ -89,6 +89,8 @@ class AlipayTrade(models.Model):
     sub_code = models.CharField(max_length=64, blank=True, default="",
                                 help_text="Alipay's sub_code of a refused deduction (ACQ.BALANCE_NOT_ENOUGH, ...).")
     answered_at = models.DateTimeField(null=True, blank=True)
+    paid_at = models.DateTimeField(null=True, blank=True,
+                                   help_text="When Alipay says it was paid (gmt_payment, send_pay_date).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="uniq_alipay_trade_key")]
