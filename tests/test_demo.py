@@ -19,6 +19,10 @@ def test_demo_data_set_has_the_promised_states_and_is_idempotent(db, capsys):
     assert list(restricted.invoices.values_list("status", flat=True)) == ["open", "open"]
     assert set(restricted.cycles.values_list("state", flat=True)) == {"RESTRICTED"}
     assert DunningCycle.objects.filter(subscription=subs["sub_demo_conflict"], state="EVIDENCE_CONFLICT").exists()
+    alipay = subs["20261101000000000001"]
+    assert (alipay.provider, alipay.policy.name, alipay.entitlement_profile) == ("alipay", "alipay-monthly", "LIMITED")
+    assert DunningCycle.objects.get(subscription=alipay).state == "RETRY_SCHEDULED"
+    assert "20261101000000000001   li.wei@example.com     LIMITED" in out and "Alipay" in out
     annual = subs["sub_demo_annual"]
     assert annual.policy.identity == "annual-no-grace@1" and annual.entitlement_profile == "SUSPENDED"
     assert annual.cycles.get().customer_action_required

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Q
+
 from dunning.acceptance.inputs import Cause, Evidence, Expect, FactSpec, InvoiceUpdate
 from dunning.acceptance.opening import InvoiceFacts, cycle_open_for_invoice, subscription_register
 from dunning.acceptance.transitions import cycle_accept_transition
@@ -19,6 +21,8 @@ from dunning.models import DunningCycle
 from subscriptions.models import Customer, Subscription
 
 DEMO_ACCOUNT = "acct_demo"
+DEMO_ALIPAY_APP = "2021000000000001"  # the shipped alipay-monthly policy's app_id
+DEMO_ALIPAY_AGREEMENT = "20261101000000000001"
 CAUSE = Cause.system("load_demo")
 
 
@@ -43,8 +47,8 @@ class DemoCycle:
         inv = self.cycle.invoice
         body = {"id": inv.provider_invoice_id, "object": "invoice", "status": status, "amount_due": inv.amount_due,
                 "currency": inv.currency, "demo": True}
-        receipt = receipt_record(object_type="invoice", body=body, invoice=inv, account=DEMO_ACCOUNT,
-                                 fetched_at=self.now)
+        receipt = receipt_record(object_type="invoice", body=body, invoice=inv,
+                                 account=self.cycle.subscription.provider_account, fetched_at=self.now)
         facts: tuple[FactSpec, ...] = ()
         if status == "paid":
             facts = (FactSpec(kind="PAYMENT_SUCCEEDED", amount=inv.amount_due, currency=inv.currency,
@@ -67,21 +71,23 @@ class DemoCycle:
         self.step("complete_restriction")
 
 
-def _subscription(email: str, name: str, sub_id: str, price: str, interval: str, now: datetime) -> Subscription:
+def _subscription(email: str, name: str, sub_id: str, price: str, interval: str, now: datetime, *,
+                  provider: str = "stripe", account: str = DEMO_ACCOUNT, customer_id: str = "") -> Subscription:
     customer, _ = Customer.objects.get_or_create(
-        provider="stripe", provider_customer_id=f"cus_{sub_id.removeprefix('sub_')}",
+        provider=provider, provider_customer_id=customer_id or f"cus_{sub_id.removeprefix('sub_')}",
         defaults={"email": email, "name": name},
     )
-    return subscription_register(customer=customer, provider_account=DEMO_ACCOUNT, provider_subscription_id=sub_id,
+    return subscription_register(customer=customer, provider_account=account, provider_subscription_id=sub_id,
                                  price_id=price, billing_interval=interval, cause=CAUSE, now=now)
 
 
-def _invoice(sub: Subscription, invoice_id: str, amount: int, opened: datetime) -> DemoCycle:
+def _invoice(sub: Subscription, invoice_id: str, amount: int, opened: datetime, currency: str = "usd") -> DemoCycle:
     cycle = cycle_open_for_invoice(
         subscription_pk=sub.pk, cause=CAUSE, now=opened,
-        invoice=InvoiceFacts(provider_invoice_id=invoice_id, amount_due=amount, currency="usd",
+        invoice=InvoiceFacts(provider_invoice_id=invoice_id, amount_due=amount, currency=currency,
                              period_start=opened, period_end=opened + timedelta(days=30),
-                             hosted_invoice_url=f"https://invoice.example/{invoice_id}"),
+                             hosted_invoice_url="" if sub.provider == "alipay"
+                             else f"https://invoice.example/{invoice_id}"),
     )
     return DemoCycle(cycle, opened)
 
@@ -89,7 +95,8 @@ def _invoice(sub: Subscription, invoice_id: str, amount: int, opened: datetime) 
 def load_demo(now: datetime | None = None) -> list[Subscription]:
     """Idempotent: returns the demo subscriptions, creating them the first time."""
     now = now or trusted_now()
-    existing = list(Subscription.objects.filter(provider_subscription_id__startswith="sub_demo_")
+    existing = list(Subscription.objects.filter(Q(provider_subscription_id__startswith="sub_demo_")
+                                                | Q(provider="alipay", provider_subscription_id=DEMO_ALIPAY_AGREEMENT))
                     .select_related("customer").order_by("pk"))
     if existing:
         return existing
@@ -132,4 +139,14 @@ def load_demo(now: datetime | None = None) -> list[Subscription]:
     a = _invoice(annual, "in_demo_annual_2026", 49000, now - timedelta(hours=6))
     a.fail("stolen_card")
     made.append(annual)
+
+    # Collected through Alipay recurring deduction (seed 003): the renewal deduction found too little
+    # balance, so the policy's first retry waits six hours.
+    alipay = _subscription("li.wei@example.com", "Li Wei", DEMO_ALIPAY_AGREEMENT, "alipay_monthly", "month",
+                           now - timedelta(days=35), provider="alipay", account=DEMO_ALIPAY_APP,
+                           customer_id="2088000000000001")
+    ali = _invoice(alipay, "RN202612010000000001", 3000, now - timedelta(hours=2), currency="cny")
+    ali.fail("ACQ.BUYER_BALANCE_NOT_ENOUGH")
+    ali.step("schedule_retry")
+    made.append(alipay)
     return list(Subscription.objects.filter(pk__in=[s.pk for s in made]).select_related("customer").order_by("pk"))

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand
 from dunning.models import DunningPolicy
 from dunning.policy.publishing import policy_publish
 from subscriptions.models import Customer
+from subscriptions.providers.labels import provider_label
 from tests.verification.demo import load_demo
 
 POLICY_DIR = Path(settings.BASE_DIR) / "dunning" / "policy" / "shipped"
@@ -36,7 +37,7 @@ class Command(BaseCommand):
             blocking = sub.cycles.exclude(state__in=["CURRENT", "RECOVERED", "CLOSED_VOID"]).count()
             self.stdout.write(f"  {sub.provider_subscription_id:<22} {sub.customer.email:<22} "
                               f"{sub.entitlement_profile:<24} generation {sub.entitlement_generation}, "
-                              f"{blocking} open dunning cycle(s)")
+                              f"{blocking} open dunning cycle(s), {provider_label(sub.provider)}")
         user_model = get_user_model()
         user, created = user_model.objects.get_or_create(
             username=username, defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"}
