@@ -4,6 +4,7 @@ Django's admin autodiscovery imports `dunning.admin`; each module below register
 
 from dunning.admin import (  # noqa: F401  (registers the pages)
     alert_deliveries,
+    alipay_records,
     duties,
     operations,
     records,

@@ -11,6 +11,7 @@ from dunning.actions.retry_now import cycle_retry_now
 from dunning.jobs.framework import job_run
 from dunning.models import DunningCycle, JobRun, MonetaryFact, PaymentAttempt, ProviderEvent
 from subscriptions.models import AlipayRenewalOrder, AlipayTrade, Subscription
+from tests.support.actors import AGENTS, make_staff
 
 
 def _cycle(order: AlipayRenewalOrder) -> DunningCycle:
@@ -146,3 +147,20 @@ def test_a_local_retry_unknown_is_resolved_by_query(alipay, time_machine):
     assert cycle.state == "RECOVERED"
     assert PaymentAttempt.objects.filter(cycle=cycle, origin="LOCAL", state="SUCCEEDED").count() == 1
     assert alipay.sim.balance(order.agreement.alipay_user_id) == 7_000
+
+
+def test_support_staff_read_the_deductions_sent_for_an_order_and_change_nothing(alipay, time_machine, client):
+    sub = alipay.sign_up(balance_fen=100)
+    order = _renew(alipay, time_machine, sub)
+    (trade,) = AlipayTrade.objects.filter(order=order)
+    agent = make_staff("agent-ali", AGENTS)
+    client.force_login(agent)
+    page = client.get(f"/admin/subscriptions/alipayrenewalorder/{order.pk}/change/")
+    assert page.status_code == 200
+    assert trade.out_trade_no in page.text and "ACQ.BUYER_BALANCE_NOT_ENOUGH" in page.text
+    listing = client.get("/admin/subscriptions/alipaytrade/?status__exact=FAILED")
+    assert listing.status_code == 200 and trade.out_trade_no in listing.text
+    refused = client.post(f"/admin/subscriptions/alipaytrade/{trade.pk}/change/", {"status": "TRADE_SUCCESS"})
+    assert refused.status_code == 403
+    trade.refresh_from_db()
+    assert trade.status == "FAILED"

@@ -30,6 +30,7 @@ ROLE_MIGRATIONS = (
     ("agentpay.migrations.0012_onchain_admin_grants", "grant"),
     ("entitlements.migrations.0003_api_role_permissions", "grant"),
     ("subscriptions.migrations.0004_usage_records", "grant"),
+    ("subscriptions.migrations.0006_alipay_view_permissions", "grant"),
 )
 
 
