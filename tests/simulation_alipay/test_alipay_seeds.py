@@ -22,7 +22,7 @@ def _seeds() -> list[int]:
     return [int(s) for s in text.split(",") if s.strip()]
 
 
-STEPS = int(os.environ.get("ALIPAY_SIMULATION_STEPS", "150"))
+STEPS = int(os.environ.get("ALIPAY_SIMULATION_STEPS", "80"))
 # Gates whose figure the injected faults can legitimately move (printed with their figures below).
 FAULT_SENSITIVE_GATES: set[str] = set()
 

@@ -44,6 +44,7 @@ from tests.verification.alipay_sim.steps import StepHandlers
 from tests.verification.fake_alipay import AlipaySimulator, session_keys
 from tests.verification.fake_stripe import StripeSimulator
 from tests.verification.fake_stripe.api import StripeApi
+from tests.verification.simulation.engine import billing_lead
 from tests.verification.simulation.transport import client_factory
 
 APP_ID = "2021000000000001"
@@ -52,7 +53,7 @@ POLICY = "dunning/policy/shipped/alipay-monthly.yaml"
 TIMEOUT = 0.3  # ALIPAY_TIMEOUT_SECONDS; steps.HOLD (the held connection) is longer
 
 STRIPE_BASE = "http://alipay-simulation-stripe.invalid"
-MAX_TICKS = 30  # scheduler wake-ups inside one advance step
+MAX_TICKS = 16  # scheduler wake-ups inside one advance step
 PERIOD = timedelta(days=30)
 
 
@@ -278,6 +279,7 @@ class AlipaySimulation(StepHandlers):
         if not DunningPolicy.objects.filter(identity="alipay-monthly@1").exists():
             with open(POLICY) as fh:
                 policy_publish(text=fh.read(), now=EPOCH - timedelta(days=60))
+        billing_lead()  # someone to own an unknown payment (SPEC: within the hour)
         self.outage_until: datetime | None = None
         self.last_job_run: dict[str, datetime] = {}
         self.users: list[str] = []
@@ -381,12 +383,15 @@ class AlipaySimulation(StepHandlers):
         now = self.now()
         times = list(AlipayAgreement.objects.filter(agreement_no__in=self.agreement_nos, merchant_canceled_at=None)
                      .values_list("period_end", flat=True))
-        for state, retry_at, grace_end in DunningCycle.objects.filter(
+        for state, retry_at, grace_end, since in DunningCycle.objects.filter(
                 subscription__provider_subscription_id__in=self.agreement_nos).exclude(
                 state__in=["RECOVERED", "CANCELED", "CLOSED_VOID"]).values_list(
-                "state", "next_attempt_at", "grace_expires_at"):
+                "state", "next_attempt_at", "grace_expires_at", "unknown_since"):
             times += [t for t in (retry_at, grace_end) if t]
-            if state == "PAYMENT_UNKNOWN":
+            # An unknown is asked about every unknown_payments period in its first hours (owner within
+            # the hour); one still waiting after that (a trade Alipay keeps WAIT_BUYER_PAY) waits for
+            # the other wake-ups rather than costing every advance its whole tick budget.
+            if state == "PAYMENT_UNKNOWN" and (since is None or now - since < timedelta(hours=2)):
                 times.append(now + timedelta(seconds=JOB_CADENCE["unknown_payments"]))
         if deliver:
             with self.sim.lock:
