@@ -20,6 +20,7 @@ from tests.verification.fake_stripe.contract import CANCELED_IS_IMMUTABLE, ENDED
 from tests.verification.fake_stripe.core import SimulatorCore
 from tests.verification.fake_stripe.errors import CardDeclined, InvalidTransition, SimError, not_found
 from tests.verification.fake_stripe.idempotency import BUSY, MISMATCH, REPLAY, fingerprint
+from tests.verification.fake_stripe.realism import rate_limit_answer
 from tests.verification.fake_stripe.rendering import list_object
 
 OBJECT_KINDS = {"payment_intents": "payment_intent", "charges": "charge", "disputes": "dispute",
@@ -152,6 +153,12 @@ class StripeApi:
 
     def handle(self, req: Request) -> Response:
         request_id = self.sim.store.new_id("request")
+        # A real provider's round trip (`realism`; 0 unless switched on): half on the way in, half on
+        # the way out, never under the simulator's lock, so concurrent requests overlap.
+        api = not req.path.startswith(("/_sim/", "/i/"))
+        delay = self.sim.network.draw_latency() if api else 0.0
+        if delay:
+            time.sleep(delay / 2)
         try:
             if req.path.startswith("/_sim/") and self.control is not None:
                 response = self.control.handle(req)
@@ -166,11 +173,16 @@ class StripeApi:
             response = json_response(500, {"error": {"type": "api_error", "message": "Simulator internal error."}})
         response.headers.setdefault("Request-Id", request_id)
         response.headers.setdefault("Content-Type", "application/json")
+        if delay:
+            time.sleep(delay / 2)
         return response
 
     def _handle_api(self, req: Request, request_id: str) -> Response:
         self._authenticate(req)
         method = req.method.upper()
+        limited = self._rate_limited(method, req.path)
+        if limited is not None:
+            return limited
         route = next(((name, m) for verb, rx, name in ROUTES if verb == method and (m := rx.match(req.path))), None)
         if route is None:
             raise SimError(404, f"Unrecognized request URL ({method}: {req.path}). Please see https://stripe.com/docs "
@@ -218,6 +230,18 @@ class StripeApi:
         if self.sim.auto_deliver:
             self.sim._flush_auto()
         return self._fault_response(fault) if fault is not None else response
+
+    def _rate_limited(self, method: str, path: str) -> Response | None:
+        """Stripe's limiter answers 429 before the request is routed or executed (nothing is applied,
+        so a retry, of a write too, is safe): an armed ``rate_limit`` fault, or an empty token bucket."""
+        fault = self.sim.faults.take(method, path, kinds=("rate_limit",))
+        if fault is None and self.sim.network.admit(method):
+            return None
+        if fault is not None:
+            self.sim.log(f"fault rate_limit on {fault.pattern}")
+        retry_after = fault.retry_after if fault is not None else self.sim.network.profile.retry_after
+        status, body, headers = rate_limit_answer(retry_after)
+        return json_response(status, body, headers)
 
     def _authenticate(self, req: Request) -> None:
         auth = req.header("Authorization") or ""

@@ -1,7 +1,8 @@
 """A small JSON control API under ``/_sim/`` so another process (the demo, a drill) can drive the
 simulator: create customers and subscriptions, save a customer's new card, make the provider
 attempt a charge, let the customer pay, void, cancel, pause, resume or re-price a subscription,
-end its trial or its period, deliver webhooks, arm faults and read the ledger. No
+end its trial or its period, deliver webhooks, arm faults, set the network realism (latency, rate
+limit: ``POST /_sim/realism``) and read the ledger. No
 authentication: loopback only."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from tests.verification.fake_stripe.api import Request, Response, json_response
 from tests.verification.fake_stripe.core import SimulatorCore
 from tests.verification.fake_stripe.errors import SimError
+from tests.verification.fake_stripe.realism import NetworkProfile
 
 _ID = r"(?P<id>[^/]+)"
 ROUTES = [
@@ -42,6 +44,8 @@ ROUTES = [
     ("GET", r"^/_sim/ledger$", "ledger"),
     ("GET", r"^/_sim/events/pending$", "pending"),
     ("GET", rf"^/_sim/invoices/{_ID}$", "invoice"),
+    ("POST", r"^/_sim/realism$", "set_realism"),
+    ("GET", r"^/_sim/realism$", "realism"),
 ]
 COMPILED = [(verb, re.compile(rx), name) for verb, rx, name in ROUTES]
 
@@ -171,6 +175,10 @@ class ControlApi:
             faults.error_500(body["pattern"], apply=bool(body.get("apply", True)), count=count)
         elif kind == "latency":
             faults.latency(body["pattern"], float(body["seconds"]), count=count)
+        elif kind == "rate_limit":
+            retry_after = body.get("retry_after")
+            faults.rate_limit(body["pattern"], count=count,
+                              retry_after=None if retry_after is None else float(retry_after))
         elif kind == "stale_read":
             faults.stale_read(body["object_id"], count)
         elif kind == "duplicate_delivery":
@@ -184,6 +192,16 @@ class ControlApi:
     def clear_faults(self, args: dict[str, str], body: dict[str, Any]) -> Any:
         self.sim.faults.clear()
         return {"cleared": True}
+
+    def set_realism(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        """``{"preset": "off" | "live" | "test", "latency_ms": 150, "latency_spread_ms": 50, "read_rate": 25,
+        "write_rate": 25, "burst": null, "retry_after": null, "seed": 0}``, every key optional; an empty
+        body switches realism off. Counters and buckets start afresh."""
+        self.sim.network.configure(NetworkProfile.from_dict(body))
+        return self.sim.network.stats()
+
+    def realism(self, args: dict[str, str], body: dict[str, Any]) -> Any:
+        return self.sim.network.stats()
 
     def ledger(self, args: dict[str, str], body: dict[str, Any]) -> Any:
         ledger = self.sim.ledger

@@ -14,6 +14,7 @@ from tests.verification.fake_stripe.billing import DAY, BillingMixin
 from tests.verification.fake_stripe.contract import ContractMixin
 from tests.verification.fake_stripe.faults import FaultInjector
 from tests.verification.fake_stripe.idempotency import IdempotencyStore
+from tests.verification.fake_stripe.realism import NetworkConditions, NetworkProfile
 from tests.verification.fake_stripe.rendering import DEFAULT_API_VERSION, Renderer
 from tests.verification.fake_stripe.state import Store
 from tests.verification.fake_stripe.webhooks import Delivery, DeliveryMixin, OutboxEntry, Sink
@@ -22,7 +23,8 @@ from tests.verification.fake_stripe.webhooks import Delivery, DeliveryMixin, Out
 class SimulatorCore(BillingMixin, ContractMixin, AftercareMixin, DeliveryMixin):
     """A Stripe-compatible simulator for the API subset the product's adapter uses.
 
-    Thread-safe: one RLock guards all state. Webhook deliveries and fault sleeps happen outside it.
+    Thread-safe: one RLock guards all state. Webhook deliveries, fault sleeps and the network
+    latency of ``network`` (a `realism.NetworkProfile`) happen outside it.
     """
 
     def __init__(self, *, account: str = "acct_demo", webhook_secrets: Iterable[str] = ("whsec_local",),
@@ -32,7 +34,8 @@ class SimulatorCore(BillingMixin, ContractMixin, AftercareMixin, DeliveryMixin):
                  max_attempts: int = 4, mark_uncollectible_after_attempts: bool = False,
                  subscription_status_after_exhaustion: str = "past_due", idempotency_retention: float = 24 * 3600,
                  webhook_timeout: float = 5.0, webhook_clock: Callable[[], float] | None = None,
-                 api_keys: Iterable[str] | None = None, logger: Callable[[str], None] | None = None) -> None:
+                 api_keys: Iterable[str] | None = None, logger: Callable[[str], None] | None = None,
+                 network: NetworkProfile | None = None) -> None:
         self.lock = threading.RLock()
         self._depth = 0
         self._tls = threading.local()
@@ -57,6 +60,8 @@ class SimulatorCore(BillingMixin, ContractMixin, AftercareMixin, DeliveryMixin):
         self.store = Store()
         self.renderer = Renderer(self.store, account=account)
         self.faults = FaultInjector()
+        # Latency and the request-rate limit of a real provider (`realism`); off unless a profile is given.
+        self.network = NetworkConditions(network)
         self.idempotency = IdempotencyStore(self.now, idempotency_retention)
         self.outbox: list[OutboxEntry] = []
         self.delivery_log: list[Delivery] = []

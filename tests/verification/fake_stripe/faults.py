@@ -21,11 +21,12 @@ def compile_pattern(pattern: str) -> tuple[str | None, re.Pattern[str]]:
 
 @dataclass
 class Fault:
-    kind: str  # timeout | error_500 | latency
+    kind: str  # timeout | error_500 | latency | rate_limit
     pattern: str
     remaining: int
     apply: bool = True
     seconds: float = 0.0
+    retry_after: float | None = None  # rate_limit: the Retry-After header to send, if any
     fired: int = 0
     method: str | None = field(default=None, repr=False)
     regex: re.Pattern[str] | None = field(default=None, repr=False)
@@ -57,6 +58,11 @@ class FaultInjector:
     def latency(self, pattern: str, seconds: float, *, count: int = 1) -> Fault:
         """Slow processing: sleeps ``seconds`` before applying, while the idempotency key is in flight."""
         return self._arm(Fault("latency", pattern, count, seconds=seconds))
+
+    def rate_limit(self, pattern: str, *, count: int = 1, retry_after: float | None = None) -> Fault:
+        """HTTP 429 ``rate_limit`` before anything is done (as Stripe's limiter answers), with a
+        ``Retry-After`` header only when ``retry_after`` is given (real Stripe sends none)."""
+        return self._arm(Fault("rate_limit", pattern, count, apply=False, retry_after=retry_after))
 
     def stale_read(self, object_id: str, count: int = 1) -> None:
         """The next ``count`` GETs of the object return the version before its latest change."""
