@@ -121,6 +121,10 @@ STRIPE_WEBHOOK_SECRETS = [
 STRIPE_ACCOUNT = os.environ.get("STRIPE_ACCOUNT", "acct_demo")
 STRIPE_API_VERSION = os.environ.get("STRIPE_API_VERSION", "")  # empty: the SDK's pinned version
 STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "10"))
+# How long one Stripe call keeps trying through HTTP 429 (rate limited): Retry-After when Stripe sends
+# it, else exponential back-off with jitter from 0.25 s up to 2 s. Past it the call is indeterminate
+# and says so (an event stays pending with that reason, a job notes it). 0: never wait.
+STRIPE_RATE_LIMIT_RETRY_SECONDS = float(os.environ.get("STRIPE_RATE_LIMIT_RETRY_SECONDS", "5"))
 # Alipay recurring deduction (seed 003, issue 20; subscriptions/providers/alipay/, docs/alipay.md).
 # ALIPAY_GATEWAY_URL points the SDK at a local Alipay-compatible server in tests and the demo. Keys
 # are PEM text (or a path to a PEM file): ours signs requests, Alipay's verifies answers and

@@ -10,6 +10,8 @@ pinned to different versions in the wild, so event bodies come in either shape t
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -52,6 +54,11 @@ REFUSAL_TITLES = {
     "TIMESTAMP_IN_FUTURE": "Webhook signature from the future",
 }
 PROBLEM_BASE = "https://dunning.invalid/problems/"
+# Back-off after a 429 that names no Retry-After: BASE, 2 × BASE, ... up to CAP seconds, each with
+# equal jitter (between half and all of it), all within the adapter's rate-limit budget.
+RATE_LIMIT_BACKOFF_BASE = 0.25
+RATE_LIMIT_BACKOFF_CAP = 2.0
+DEFAULT_RATE_LIMIT_RETRY_SECONDS = 5.0
 T = TypeVar("T")
 
 
@@ -225,8 +232,14 @@ class StripeProvider:
     paid_event_types = PAID_EVENT_TYPES
 
     def __init__(self, *, api_key: str, api_base: str, webhook_secrets: Iterable[str], account: str = "",
-                 timeout: float = 10.0, api_version: str | None = None) -> None:
+                 timeout: float = 10.0, api_version: str | None = None,
+                 rate_limit_retry_seconds: float = DEFAULT_RATE_LIMIT_RETRY_SECONDS,
+                 rate_limit_backoff: tuple[float, float] = (RATE_LIMIT_BACKOFF_BASE, RATE_LIMIT_BACKOFF_CAP)) -> None:
         self.account = account
+        # How long one call may keep trying through HTTP 429s (settings.STRIPE_RATE_LIMIT_RETRY_SECONDS).
+        self.rate_limit_retry_seconds = max(0.0, float(rate_limit_retry_seconds))
+        self.rate_limit_backoff = rate_limit_backoff
+        self._jitter = random.Random()
         self.api_version = api_version
         self.webhook_secrets = [s for s in webhook_secrets if s]
         self._client = stripe.StripeClient(
@@ -420,6 +433,44 @@ class StripeProvider:
 
     # ---- errors
     def _call(self, fn: Callable[[], Any]) -> dict[str, Any]:
+        """One API request, with Stripe's errors in the product's words. An HTTP 429 is tried again.
+
+        Stripe answers 429 from its limiter before it looks at the request, so nothing was done: asking
+        again is safe for a read, and for a write too as long as it is the same request under the same
+        idempotency key — which it is, ``fn`` is re-run as it was built (pay sends its key each time; a
+        DELETE that was refused never ran, and a cancel that did run is answered by cancel's own check).
+        The wait is Stripe's ``Retry-After`` when it sends one (it normally does not), else exponential
+        back-off with jitter from ``rate_limit_backoff``; the tries stop before the total would pass
+        ``rate_limit_retry_seconds``, and then the call is indeterminate with a message saying it was
+        rate-limited, how many tries and how long: the event stays pending with it as its ``error``,
+        a job run notes it.
+
+        Why this loop and not the SDK's ``max_network_retries``: the SDK does not retry a rate-limit 429
+        at all (only when Stripe sends ``Stripe-Should-Retry: true``, as for lock timeouts; by design, the
+        caller is meant to back off), switching it on would also retry 409s, 5xx and dropped connections,
+        writes included, which the product deliberately records as indeterminate and resolves itself, and
+        it has neither a time budget nor a record of what it tried."""
+        started = time.monotonic()
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return self._call_once(fn)
+            except stripe.RateLimitError as exc:
+                elapsed = time.monotonic() - started
+                asked = _retry_after(exc)
+                wait = asked if asked is not None else self._backoff(tries)
+                if elapsed + wait > self.rate_limit_retry_seconds:
+                    raise ProviderIndeterminate(
+                        _rate_limit_message(exc, tries, elapsed, self.rate_limit_retry_seconds, asked)) from exc
+                time.sleep(wait)
+
+    def _backoff(self, tries: int) -> float:
+        base, cap = self.rate_limit_backoff
+        delay = min(cap, base * 2 ** (tries - 1))
+        return delay * (0.5 + self._jitter.random() / 2)
+
+    def _call_once(self, fn: Callable[[], Any]) -> dict[str, Any]:
         try:
             return _plain(fn())
         except stripe.CardError as exc:
@@ -435,8 +486,8 @@ class StripeProvider:
             if exc.http_status == 409:
                 raise ProviderIndeterminate("the same idempotency key is being processed") from exc
             raise ProviderRequestError(f"idempotency key misuse: {exc.user_message or exc}") from exc
-        except stripe.RateLimitError as exc:
-            raise ProviderIndeterminate("Stripe rate-limited the request") from exc
+        except stripe.RateLimitError:
+            raise  # tried again by `_call`
         except stripe.InvalidRequestError as exc:
             if exc.http_status == 404:
                 raise ProviderNotFound(exc.user_message or str(exc)) from exc
@@ -449,6 +500,30 @@ class StripeProvider:
             if exc.http_status is None or exc.http_status >= 500:
                 raise ProviderIndeterminate(f"Stripe error {exc.http_status}: {exc.user_message or exc}") from exc
             raise ProviderError(exc.user_message or str(exc)) from exc
+
+
+def _header(exc: stripe.StripeError, name: str) -> str | None:
+    return next((str(v) for k, v in (exc.headers or {}).items() if k.lower() == name), None)
+
+
+def _retry_after(exc: stripe.StripeError) -> float | None:
+    """Seconds from a ``Retry-After: <seconds>`` header, if Stripe sent one (an HTTP date is ignored)."""
+    value = _header(exc, "retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _rate_limit_message(exc: stripe.StripeError, tries: int, elapsed: float, budget: float,
+                        asked: float | None) -> str:
+    reason = _header(exc, "stripe-rate-limited-reason")
+    what = f"HTTP {exc.http_status or 429} {exc.code or 'rate_limit'}" + (f", {reason}" if reason else "")
+    message = (f"Stripe rate-limited the request ({what}): {tries} {'try' if tries == 1 else 'tries'} "
+               f"in {elapsed:.2f} s, given up within the {budget:g} s rate-limit budget")
+    if asked is not None:
+        message += f" (Stripe asked to wait {asked:g} s more)"
+    return message
 
 
 def _plain(obj: Any) -> dict[str, Any]:
