@@ -1,14 +1,13 @@
 """Both staff roles read the Alipay adapter's records (agreements, renewal orders, deductions sent) in
 the console; neither may change them (no change/add/delete permission is granted)."""
 
+from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
 ALIPAY_MODELS = ("alipayagreement", "alipayrenewalorder", "alipaytrade")
 
 
 def grant(apps, schema_editor):
-    from django.contrib.auth.management import create_permissions
-
     app_config = apps.get_app_config("subscriptions")
     original = getattr(app_config, "models_module", None)
     app_config.models_module = original or True  # historical app configs have none

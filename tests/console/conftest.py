@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dunning.models import DunningCycle
+from dunning.policy.publishing import policy_publish
 from subscriptions.models import Invoice, Subscription
 from subscriptions.providers.base import ProviderInvoice
 from tests.support.actors import AGENTS, LEADS, customer_login, make_staff, staff_roles_from_migration
@@ -119,10 +121,6 @@ ALIPAY_AGREEMENT = "20215603000000001234"
 def alipay_scene(db) -> Scene:
     """An Alipay recurring-deduction subscription (the shipped alipay-monthly policy) whose renewal
     deduction failed because the customer's deduction agreement is no longer active."""
-    from pathlib import Path
-
-    from dunning.policy.publishing import policy_publish
-
     policy_publish(text=Path("dunning/policy/shipped/alipay-monthly.yaml").read_text())
     sub = make_subscription(email="li.wei@example.com", price="alipay_monthly", provider="alipay",
                             provider_account=ALIPAY_APP_ID, provider_subscription_id=ALIPAY_AGREEMENT)

@@ -8,7 +8,9 @@ import re
 import time
 
 import pytest
+from Cryptodome.PublicKey import RSA
 
+from subscriptions.providers.alipay.gateway import AlipayGateway
 from subscriptions.providers.base import ProviderIndeterminate, ProviderRequestError
 from tests.support.alipay import raw_gateway_call
 from tests.verification.fake_alipay import generate_key_pair, verify_rsa2
@@ -77,8 +79,6 @@ def test_a_tampered_answer_is_refused_as_indeterminate(alipay_sim):
 
 
 def test_an_answer_signed_by_another_alipay_key_is_refused(alipay_sim, stranger_key):
-    from Cryptodome.PublicKey import RSA
-
     stranger_public = RSA.import_key(stranger_key).publickey().export_key().decode()
     with pytest.raises(ProviderIndeterminate, match="signature"):
         alipay_sim.gateway(alipay_public_key_pem=stranger_public).trade_query("x")
@@ -125,8 +125,6 @@ def test_a_signed_system_error_is_returned_for_the_adapter_to_judge(alipay_sim):
 
 
 def test_a_closed_port_is_indeterminate(alipay_keys):
-    from subscriptions.providers.alipay.gateway import AlipayGateway
-
     gateway = AlipayGateway("2021000000000001", alipay_keys.app_private_pem, alipay_keys.alipay_public_pem,
                             "http://127.0.0.1:9/gateway.do", "", 0.5)
     with pytest.raises(ProviderIndeterminate, match="URLError|refused"):

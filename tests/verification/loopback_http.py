@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -64,18 +65,19 @@ class LoopbackHandler(BaseHTTPRequestHandler):
             sys.stderr.write(f"[{self.server.tag}] {self.address_string()} {format % args}\n")
 
 
-class ServedSimulator:
+class ServedSimulator(ABC):
     """start() / stop() / `with` for a simulator whose `_make_server` builds its LoopbackServer."""
 
     _server: Any = None
     _thread: threading.Thread | None = None
     thread_name = "provider-simulator"
 
-    def _make_server(self, host: str, port: int, *, control_api: bool, verbose: bool) -> LoopbackServer:
-        raise NotImplementedError
+    @abstractmethod
+    def _make_server(self, host: str, port: int, *, control_api: bool, verbose: bool) -> LoopbackServer: ...
 
+    @abstractmethod
     def _started(self) -> None:
-        """Called once the server is up (e.g. to learn its own address)."""
+        """Called once the server is up (each simulator learns its own address)."""
 
     def start(self, host: str = "127.0.0.1", port: int = 0, *, control_api: bool = True,
               verbose: bool = False) -> str:
