@@ -39,7 +39,7 @@ from dunning.reads.cycles import cycle_read
 from subscriptions.models import Customer, Subscription
 from subscriptions.providers.base import PaymentProvider, ProviderCustomer, ProviderNotFound
 from subscriptions.providers.registry import get_provider
-from subscriptions.providers.stripe_adapter import PAYMENT_METHOD_EVENT_TYPES
+from subscriptions.providers.stripe_shapes import PAYMENT_METHOD_EVENT_TYPES
 
 __all__ = ["PAYMENT_METHOD_EVENT_TYPES", "customer_payment_method_refresh", "payment_method_event"]
 UNPAID = ("open", "uncollectible")

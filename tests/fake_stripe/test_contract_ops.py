@@ -16,7 +16,8 @@ import pytest
 import stripe
 
 from subscriptions.providers.base import ProviderIndeterminate, ProviderNotFound, ProviderRequestError
-from subscriptions.providers.stripe_adapter import StripeProvider, parse_subscription
+from subscriptions.providers.stripe_adapter import StripeProvider
+from subscriptions.providers.stripe_shapes import parse_subscription
 from tests.verification.fake_stripe import InvalidTransition, SimError, StripeSimulator
 from tests.verification.fake_stripe.billing import DAY
 

@@ -24,7 +24,8 @@ import pytest
 import stripe
 
 from subscriptions.providers.base import ProviderDeclined, ProviderRequestError, WebhookVerificationError
-from subscriptions.providers.stripe_adapter import StripeProvider, parse_subscription
+from subscriptions.providers.stripe_adapter import StripeProvider
+from subscriptions.providers.stripe_shapes import parse_subscription
 from tests.verification.localstripe import API_KEY, LocalStripe, LocalStripeError, WebhookReceiver
 
 LEGACY_VERSION = "2024-06-20"
