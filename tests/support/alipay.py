@@ -20,13 +20,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
 from subscriptions.providers.alipay.gateway import AlipayGateway
 from tests.verification.fake_alipay import AlipayKeys, AlipaySimulator, session_keys, sign_rsa2, signing_string
+from tests.verification.loopback_http import LoopbackReceiver
 
 APP_ID = "2021000000000001"
 
@@ -48,33 +48,14 @@ class NotifyReceiver:
         self.default_answer: tuple[int, str] = (200, "success")
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
-        receiver = self
+        self._endpoint = LoopbackReceiver(self._on_post, path="/notify/alipay/",
+                                          thread_name="alipay-notify-receiver")
+        self.url = self._endpoint.url
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
-                status, text = receiver._record(ReceivedNotification(
-                    self.path, form, body, self.headers.get("Content-Type", "")))
-                payload = text.encode("utf-8")
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="alipay-notify-receiver", daemon=True)
-        self._thread.start()
-        host, port = self._server.server_address[:2]
-        self.url = f"http://{host}:{port}/notify/alipay/"
+    def _on_post(self, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+        form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        status, text = self._record(ReceivedNotification(path, form, body, content_type))
+        return status, text.encode("utf-8")
 
     def answer_with(self, *answers: str | tuple[int, str]) -> None:
         """The next deliveries get these answers in order (a string is a 200 with that body), then
@@ -104,9 +85,7 @@ class NotifyReceiver:
             return list(self.received)
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._endpoint.stop()
 
 
 @dataclass

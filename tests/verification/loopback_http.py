@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -111,3 +112,38 @@ class ServedSimulator(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class LoopbackReceiver:
+    """A loopback HTTP endpoint standing in for the product's notification URL: each POST's
+    (path, body, content type) goes to `answer`, whose (status, text) is sent back as plain text."""
+
+    def __init__(self, answer: Callable[[str, bytes, str], tuple[int, bytes]], *, path: str,
+                 thread_name: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, payload = answer(self.path, body, self.headers.get("Content-Type", ""))
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=thread_name, daemon=True)
+        self._thread.start()
+        host, port = self._server.server_address[:2]
+        self.url = f"http://{host}:{port}{path}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from unittest import mock
 
@@ -44,6 +43,7 @@ from tests.verification.alipay_sim.steps import StepHandlers
 from tests.verification.fake_alipay import AlipaySimulator, session_keys
 from tests.verification.fake_stripe import StripeSimulator
 from tests.verification.fake_stripe.api import StripeApi
+from tests.verification.loopback_http import LoopbackReceiver
 from tests.verification.simulation.engine import billing_lead
 from tests.verification.simulation.transport import client_factory
 
@@ -90,33 +90,15 @@ class Relay:
 
     def __init__(self) -> None:
         self.inbox: queue.Queue[_Delivery] = queue.Queue()
-        relay = self
+        self._endpoint = LoopbackReceiver(self._on_post, path="/notify/alipay/", thread_name="alipay-sim-relay")
+        self.url = self._endpoint.url
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                item = _Delivery(self.rfile.read(int(self.headers.get("Content-Length") or 0)),
-                                 self.headers.get("Content-Type", ""))
-                relay.inbox.put(item)
-                item.done.wait(30)
-                status, payload = item.answer
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="alipay-sim-relay", daemon=True)
-        self._thread.start()
-        host, port = self._server.server_address[:2]
-        self.url = f"http://{host}:{port}/notify/alipay/"
+    def _on_post(self, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+        """Hand the delivery to the thread that runs the product; send back what it answered."""
+        item = _Delivery(body, content_type)
+        self.inbox.put(item)
+        item.done.wait(30)
+        return item.answer
 
     def deliver_due(self, sim: AlipaySimulator, post: Callable[[bytes, str], tuple[int, bytes]]) -> int:
         """The simulator delivers what is due (in a thread); this thread answers each delivery."""
@@ -145,9 +127,7 @@ class Relay:
         return handled
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._endpoint.stop()
 
 
 class AlipaySimulation(StepHandlers):
