@@ -93,7 +93,8 @@ class AlipayTrade(models.Model):
                                    help_text="When Alipay says it was paid (gmt_payment, send_pay_date).")
 
     class Meta:
+        verbose_name = "Alipay deduction"
         constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="uniq_alipay_trade_key")]
 
     def __str__(self) -> str:
-        return f"{self.out_trade_no} {self.status}"
+        return self.out_trade_no
