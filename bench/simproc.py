@@ -1,6 +1,6 @@
 """The Stripe simulator as a bench subprocess, seeded in bulk in-process.
 
-``python -m bench.simproc --count N --out FILE [--paid]``
+``python -m bench.simproc --count N --out FILE [--paid] [--network live --latency-ms 150 ...]``
 
 One prototype customer / subscription / renewal invoice is made through the simulator's own
 operations (the renewal's automatic attempt is hard-declined, so the invoice is open with one
@@ -24,6 +24,7 @@ from typing import Any
 
 from bench.common import HARD_DECLINE as DECLINE
 from tests.verification.fake_stripe import StripeSimulator
+from tests.verification.fake_stripe.realism_cli import add_realism_arguments, network_profile
 
 
 def seed(sim: StripeSimulator, count: int, *, price: str, amount: int) -> list[dict[str, Any]]:
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--price", default="price_monthly_pro")
     parser.add_argument("--amount", type=int, default=2000)
     parser.add_argument("--account", default="acct_demo")
+    add_realism_arguments(parser)
     args = parser.parse_args(argv)
 
     sim = StripeSimulator(account=args.account, webhook_secrets=["whsec_bench"], sink=None, auto_deliver=False)
@@ -93,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "w") as fh:
         json.dump({"rows": rows, "seed_seconds": round(seeded, 3), "paid_seconds":
                    round(time.monotonic() - started - seeded, 3)}, fh)
+    # Seeding is in process; only the served API (what the product calls) gets the latency and the limit.
+    sim.network.configure(network_profile(args))
     base_url = sim.start("127.0.0.1", 0)
     print(f"READY {base_url}", flush=True)
     stop = threading.Event()

@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from tests.verification.fake_stripe.realism import NetworkProfile
+from tests.verification.fake_stripe.realism_cli import add_realism_arguments, network_profile
 from tests.verification.fake_stripe.rendering import DEFAULT_API_VERSION
 from tests.verification.fake_stripe.simulator import StripeSimulator
 
@@ -28,27 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pump-seconds", type=float, default=1.0,
                         help="with --auto-deliver: how often delayed and failed deliveries are retried")
     parser.add_argument("--verbose", action="store_true", help="log every HTTP request")
-    realism = parser.add_argument_group("network realism (off by default; see realism.py)")
-    realism.add_argument("--network", choices=("off", "live", "test"), default="off",
-                         help="preset: live = 100 req/s, test = 25 req/s (reads and writes each), both 150 ± 50 ms")
-    realism.add_argument("--latency-ms", type=float, default=None, help="mean latency of each API call")
-    realism.add_argument("--latency-spread-ms", type=float, default=None, help="its standard deviation (clipped ±2σ)")
-    realism.add_argument("--rate-limit", type=float, default=None,
-                         help="requests a second before HTTP 429, reads and writes each")
-    realism.add_argument("--write-rate-limit", type=float, default=None, help="writes a second (default: --rate-limit)")
-    realism.add_argument("--burst", type=float, default=None, help="token bucket size (default: one second's worth)")
-    realism.add_argument("--retry-after", type=float, default=None,
-                         help="send Retry-After: N with each 429 (real Stripe sends none)")
-    realism.add_argument("--realism-seed", type=int, default=None, help="seed of the latency draws")
+    add_realism_arguments(parser)
     return parser
-
-
-def network_profile(args: argparse.Namespace) -> NetworkProfile:
-    overrides = {name: value for name, value in (
-        ("latency_ms", args.latency_ms), ("latency_spread_ms", args.latency_spread_ms),
-        ("read_rate", args.rate_limit), ("write_rate", args.write_rate_limit or args.rate_limit),
-        ("burst", args.burst), ("retry_after", args.retry_after), ("seed", args.realism_seed)) if value is not None}
-    return NetworkProfile.preset(args.network, **overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
