@@ -9,6 +9,7 @@ reached the row is counted as an error and left for the next run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,6 +28,7 @@ from dunning.clock import trusted_now
 from dunning.evidence.fresh_fetch import invoice_fetch_fresh, receipt_evidence
 from dunning.evidence.next_edge import reconcile_and_read
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, due_in_order, scheduled_job
+from dunning.jobs.row_pool import claimed_in_threads, provider_io_threads
 from dunning.models import DunningCycle, DunningPolicy
 from dunning.policy.cache import policy_spec
 from dunning.reads.cycles import cycle_read
@@ -58,6 +60,19 @@ def _each_claimed(run: JobReport, queryset, due_field: str):  # noqa: ANN001, AN
                 yield cycle_read(pk)
 
 
+def _work_each_claimed(run: JobReport, queryset, due_field: str,  # noqa: ANN001
+                       work: Callable[[JobReport, DunningCycle], None]) -> None:
+    """`work` on each due row, claimed in due order as `_each_claimed` does; for the jobs whose
+    rows wait on a provider fetch, several rows at once on DUNNING_PROVIDER_IO_THREADS threads."""
+    threads = provider_io_threads()
+    if threads <= 1:
+        for cycle in _each_claimed(run, queryset, due_field):
+            work(run, cycle)
+        return
+    claimed_in_threads(run, due_in_order(queryset, due_field), CLAIM,
+                       lambda part, pk: work(part, cycle_read(pk)), threads=threads)
+
+
 # --- grace expiry and restriction -------------------------------------------------------------
 
 @scheduled_job("grace_expiry", "grace past its deadline (in grace or waiting on a scheduled retry; an attempt in "
@@ -67,21 +82,24 @@ def grace_expiry(run: JobReport) -> None:
     # unknown_payments job or its answer resolves it; asking would only write a refusal every run.
     due = (DunningCycle.objects.filter(state__in=GRACE_DEADLINE_STATES, grace_expires_at__lte=run.now)
            .exclude(pending_attempt__state__in=(AttemptState.DISPATCHING, AttemptState.UNKNOWN)))
-    for cycle in _each_claimed(run, due, "grace_expires_at"):
-        if cycle.state not in GRACE_DEADLINE_STATES or cycle.grace_expires_at > run.now:
-            continue  # another worker or an event got there first
-        expired = _ask(run, cycle, "expire_grace")
-        if expired:
-            _escalate_with_fresh_receipt(run, cycle.pk, RESTRICT, expired.cycle)
+    _work_each_claimed(run, due, "grace_expires_at", _expire_then_restrict)
     _check_overdue_provider_retries(run)
+
+
+def _expire_then_restrict(run: JobReport, cycle: DunningCycle) -> None:
+    if cycle.state not in GRACE_DEADLINE_STATES or cycle.grace_expires_at > run.now:
+        return  # another worker or an event got there first
+    expired = _ask(run, cycle, "expire_grace")
+    if expired:
+        _escalate_with_fresh_receipt(run, cycle.pk, RESTRICT, expired.cycle)
 
 
 @scheduled_job("restriction", "GRACE_EXPIRED / RESTRICTING cycles: fetch the invoice; restrict only if it is "
                               "still unpaid; a payment found recovers instead")
 def restriction(run: JobReport) -> None:
     due = DunningCycle.objects.filter(state__in=(S.GRACE_EXPIRED, S.RESTRICTING))
-    for cycle in _each_claimed(run, due, "grace_expires_at"):
-        _escalate_with_fresh_receipt(run, cycle.pk, RESTRICT)
+    _work_each_claimed(run, due, "grace_expires_at",
+                       lambda part, cycle: _escalate_with_fresh_receipt(part, cycle.pk, RESTRICT, cycle))
 
 
 def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: ANN202
@@ -151,9 +169,12 @@ def _check_overdue_provider_retries(run: JobReport) -> None:
     overdue = timedelta(seconds=getattr(settings, "DUNNING_PROVIDER_RETRY_OVERDUE_SECONDS", 3600))
     due = DunningCycle.objects.filter(state=S.RETRY_SCHEDULED, policy__retry_authority="PAYMENT_PROVIDER",
                                       next_attempt_at__lte=run.now - overdue)
-    for cycle in _each_claimed(run, due, "next_attempt_at"):
-        if cycle.state == S.RETRY_SCHEDULED:
-            _settle_from_fresh_receipt(run, cycle)
+    _work_each_claimed(run, due, "next_attempt_at", _settle_overdue_retry)
+
+
+def _settle_overdue_retry(run: JobReport, cycle: DunningCycle) -> None:
+    if cycle.state == S.RETRY_SCHEDULED:
+        _settle_from_fresh_receipt(run, cycle)
 
 
 # --- cancellation -------------------------------------------------------------------------------
@@ -169,17 +190,19 @@ def cancellation(run: JobReport) -> None:
     shortest = _shortest_cancel_delay()
     if shortest is not None:
         due = DunningCycle.objects.filter(state=S.RESTRICTED, restricted_at__lte=run.now - shortest)
-        for cycle in _each_claimed(run, due, "restricted_at"):
-            spec = policy_spec(cycle.policy)
-            after = spec.cancel_after_restricted
-            if (cycle.state != S.RESTRICTED or spec.cancel_after != "MANUAL_OR_POLICY_TERMINAL" or after is None
-                    or cycle.restricted_at + after > run.now):
-                continue
-            _escalate_with_fresh_receipt(run, cycle.pk, CANCEL)
+        _work_each_claimed(run, due, "restricted_at", _cancel_if_restricted_long_enough)
     pending = DunningCycle.objects.filter(state=S.CANCEL_PENDING)
-    for cycle in _each_claimed(run, pending, "cancel_requested_at"):
-        if cycle.state == S.CANCEL_PENDING:
-            _escalate_with_fresh_receipt(run, cycle.pk, CANCEL)
+    _work_each_claimed(run, pending, "cancel_requested_at",
+                       lambda part, cycle: _escalate_with_fresh_receipt(part, cycle.pk, CANCEL, cycle))
+
+
+def _cancel_if_restricted_long_enough(run: JobReport, cycle: DunningCycle) -> None:
+    spec = policy_spec(cycle.policy)
+    after = spec.cancel_after_restricted
+    if (cycle.state != S.RESTRICTED or spec.cancel_after != "MANUAL_OR_POLICY_TERMINAL" or after is None
+            or cycle.restricted_at + after > run.now):
+        return
+    _escalate_with_fresh_receipt(run, cycle.pk, CANCEL, cycle)
 
 
 # --- unknown payments -----------------------------------------------------------------------------

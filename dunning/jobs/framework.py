@@ -50,6 +50,14 @@ class JobReport:
         if len(self.notes) < 200:
             self.notes.append(text)
 
+    def absorb(self, part: JobReport) -> None:
+        """Add the counts and notes of a part of this run worked elsewhere (a row on a thread)."""
+        self.changed += part.changed
+        self.refused += part.refused
+        self.errors += part.errors
+        for text in part.notes:
+            self.note(text)
+
     def tick(self, every: int = 500) -> None:
         if self.progress and self.examined and self.examined % every == 0:
             self.progress(f"{self.job}: {self.examined} examined, {self.changed} changed, "
