@@ -8,6 +8,7 @@ columns deferred (``POLICY_DEFERRED``) and only a cache miss reads and validates
 from __future__ import annotations
 
 import copy
+import threading
 from functools import cache
 
 from dunning.models import DunningPolicy
@@ -18,6 +19,10 @@ POLICY_DEFERRED = ("document", "source_text")
 
 _SPECS: dict[tuple[int, str], PolicyDocument] = {}
 _MAX_CACHED = 256
+# Threads share the cache (a sweep's provider-I/O threads, `celery worker -P threads`): a hit is one
+# dict read; a miss validates outside the lock (a document is immutable, a second validation of the
+# same key only wastes time) and stores under it, so the size check and the store stay together.
+_SPECS_LOCK = threading.Lock()
 
 
 def policy_spec(policy) -> PolicyDocument:  # noqa: ANN001 - DunningPolicy; avoid import cycle
@@ -25,9 +30,10 @@ def policy_spec(policy) -> PolicyDocument:  # noqa: ANN001 - DunningPolicy; avoi
     spec = _SPECS.get(key)
     if spec is None:
         spec = validate_policy(copy.deepcopy(policy.document))
-        if len(_SPECS) >= _MAX_CACHED:
-            _SPECS.clear()
-        _SPECS[key] = spec
+        with _SPECS_LOCK:
+            if len(_SPECS) >= _MAX_CACHED:
+                _SPECS.clear()
+            spec = _SPECS.setdefault(key, spec)
     return spec
 
 
