@@ -125,6 +125,10 @@ STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "10"))
 # it, else exponential back-off with jitter from 0.25 s up to 2 s. Past it the call is indeterminate
 # and says so (an event stays pending with that reason, a job notes it). 0: never wait.
 STRIPE_RATE_LIMIT_RETRY_SECONDS = float(os.environ.get("STRIPE_RATE_LIMIT_RETRY_SECONDS", "5"))
+# Stripe requests a second from this process, shared by its threads (subscriptions/providers/pacing.py):
+# the account's limit divided by the processes calling Stripe at once (live 100/s, test 25/s). 0:
+# unpaced, the 429 back-off alone, which is enough while few requests are in flight.
+STRIPE_MAX_REQUESTS_PER_SECOND = float(os.environ.get("STRIPE_MAX_REQUESTS_PER_SECOND", "0"))
 # Alipay recurring deduction (seed 003, issue 20; subscriptions/providers/alipay/, docs/alipay.md).
 # ALIPAY_GATEWAY_URL points the SDK at a local Alipay-compatible server in tests and the demo. Keys
 # are PEM text (or a path to a PEM file): ours signs requests, Alipay's verifies answers and

@@ -22,10 +22,11 @@ PROVIDER_NAMES = ("stripe", "alipay")
 
 @lru_cache(maxsize=8)
 def _stripe(api_key: str, api_base: str, secrets: tuple[str, ...], account: str, timeout: float,
-            api_version: str, rate_limit_retry_seconds: float) -> StripeProvider:
+            api_version: str, rate_limit_retry_seconds: float, max_requests_per_second: float) -> StripeProvider:
     return StripeProvider(api_key=api_key, api_base=api_base, webhook_secrets=secrets, account=account,
                           timeout=timeout, api_version=api_version or None,
-                          rate_limit_retry_seconds=rate_limit_retry_seconds)
+                          rate_limit_retry_seconds=rate_limit_retry_seconds,
+                          max_requests_per_second=max_requests_per_second)
 
 
 @lru_cache(maxsize=8)
@@ -52,7 +53,8 @@ def get_provider(name: str = "stripe") -> PaymentProvider:
     if name == "stripe":
         return _stripe(settings.STRIPE_API_KEY, settings.STRIPE_API_BASE, tuple(settings.STRIPE_WEBHOOK_SECRETS),
                        settings.STRIPE_ACCOUNT, settings.STRIPE_TIMEOUT_SECONDS, settings.STRIPE_API_VERSION,
-                       float(getattr(settings, "STRIPE_RATE_LIMIT_RETRY_SECONDS", 5.0)))
+                       float(getattr(settings, "STRIPE_RATE_LIMIT_RETRY_SECONDS", 5.0)),
+                       float(getattr(settings, "STRIPE_MAX_REQUESTS_PER_SECOND", 0.0)))
     if name == "alipay":
         return _alipay(settings.ALIPAY_APP_ID, settings.ALIPAY_GATEWAY_URL, settings.ALIPAY_APP_PRIVATE_KEY,
                        settings.ALIPAY_PUBLIC_KEY, alipay_notify_url(), settings.ALIPAY_TIMEOUT_SECONDS,

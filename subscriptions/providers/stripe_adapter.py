@@ -30,6 +30,7 @@ from subscriptions.providers.base import (
     ProviderSubscription,
     WebhookVerificationError,
 )
+from subscriptions.providers.pacing import RequestPacer
 from subscriptions.providers.stripe_shapes import (
     PAID_EVENT_TYPES,
     expandable_id,
@@ -71,12 +72,15 @@ class StripeProvider:
     def __init__(self, *, api_key: str, api_base: str, webhook_secrets: Iterable[str], account: str = "",
                  timeout: float = 10.0, api_version: str | None = None,
                  rate_limit_retry_seconds: float = DEFAULT_RATE_LIMIT_RETRY_SECONDS,
-                 rate_limit_backoff: tuple[float, float] = (RATE_LIMIT_BACKOFF_BASE, RATE_LIMIT_BACKOFF_CAP)) -> None:
+                 rate_limit_backoff: tuple[float, float] = (RATE_LIMIT_BACKOFF_BASE, RATE_LIMIT_BACKOFF_CAP),
+                 max_requests_per_second: float = 0.0) -> None:
         self.account = account
         # How long one call may keep trying through HTTP 429s (settings.STRIPE_RATE_LIMIT_RETRY_SECONDS).
         self.rate_limit_retry_seconds = max(0.0, float(rate_limit_retry_seconds))
         self.rate_limit_backoff = rate_limit_backoff
         self._jitter = random.Random()
+        # Shared by this process's threads (settings.STRIPE_MAX_REQUESTS_PER_SECOND; 0: unpaced).
+        self.pacer = RequestPacer(max_requests_per_second)
         self.api_version = api_version
         self.webhook_secrets = [s for s in webhook_secrets if s]
         self._client = stripe.StripeClient(
@@ -290,12 +294,14 @@ class StripeProvider:
         it has neither a time budget nor a record of what it tried."""
         started = time.monotonic()
         tries = 0
+        paced = 0.0  # time spent waiting for our own pacer's slot is not the provider's refusal
         while True:
             tries += 1
+            paced += self.pacer.wait()
             try:
                 return self._call_once(fn)
             except stripe.RateLimitError as exc:
-                elapsed = time.monotonic() - started
+                elapsed = time.monotonic() - started - paced
                 asked = _retry_after(exc)
                 wait = asked if asked is not None else self._backoff(tries)
                 if elapsed + wait > self.rate_limit_retry_seconds:
