@@ -15,6 +15,7 @@ import pytest
 
 from subscriptions.providers.base import ProviderIndeterminate
 from subscriptions.providers.stripe_adapter import StripeProvider
+from tests.support.threads import run_together
 from tests.verification.fake_stripe import StripeSimulator
 from tests.verification.fake_stripe.realism import NetworkProfile
 
@@ -30,9 +31,11 @@ def sim() -> Iterator[StripeSimulator]:
     simulator.stop()
 
 
-def provider(sim: StripeSimulator, budget: float = 10.0, backoff: tuple[float, float] = (0.05, 0.2)) -> StripeProvider:
+def provider(sim: StripeSimulator, budget: float = 10.0, backoff: tuple[float, float] = (0.05, 0.2),
+             max_requests_per_second: float = 0.0) -> StripeProvider:
     return StripeProvider(api_key="sk_test_local", api_base=sim.base_url, webhook_secrets=["whsec_local"],
-                          account="acct_demo", timeout=5.0, rate_limit_retry_seconds=budget, rate_limit_backoff=backoff)
+                          account="acct_demo", timeout=5.0, rate_limit_retry_seconds=budget, rate_limit_backoff=backoff,
+                          max_requests_per_second=max_requests_per_second)
 
 
 def open_renewal(sim: StripeSimulator, card: str = "ok", amount: int = 2500) -> str:
@@ -172,3 +175,17 @@ def test_a_cancel_under_429_cancels_once(sim):
     cancelled = provider(sim).cancel_subscription(sub, idempotency_key="cancel-1")
     assert cancelled.status == "canceled" and fault.fired == 2
     assert len(sim.events_of_type("customer.subscription.deleted")) == 1
+
+
+def test_threads_sharing_a_paced_adapter_stay_under_the_providers_limit(sim):
+    cus = sim.create_customer("ada@example.com", card="ok")
+    invoice = sim.get(sim.create_subscription(cus, "price_monthly_pro", amount=2500))["latest_invoice"]
+    sim.network.configure(NetworkProfile(read_rate=4, write_rate=4, burst=6))  # slack for a late thread
+    adapter = provider(sim, budget=0, max_requests_per_second=3)
+    assert adapter.pacer.burst == 3
+
+    fetched = run_together([lambda: [adapter.fetch_invoice(invoice).id for _ in range(3)]] * 4, timeout=60)
+
+    assert fetched == [[invoice] * 3] * 4
+    stats = sim.network.stats()
+    assert (stats["read"], stats["rate_limited_read"]) == (12, 0)
