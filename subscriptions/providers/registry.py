@@ -5,6 +5,7 @@ simulator just work."""
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -49,12 +50,18 @@ def alipay_notify_url() -> str:
     return settings.ALIPAY_NOTIFY_URL or f"{str(getattr(settings, 'SITE_URL', '')).rstrip('/')}/webhooks/alipay/"
 
 
+# lru_cache does not hold a lock while it builds: threads asking at once (a sweep's provider-I/O
+# threads on their first row) would each build an adapter, each with its own pacer and full burst.
+_BUILDING = threading.Lock()
+
+
 def get_provider(name: str = "stripe") -> PaymentProvider:
     if name == "stripe":
-        return _stripe(settings.STRIPE_API_KEY, settings.STRIPE_API_BASE, tuple(settings.STRIPE_WEBHOOK_SECRETS),
-                       settings.STRIPE_ACCOUNT, settings.STRIPE_TIMEOUT_SECONDS, settings.STRIPE_API_VERSION,
-                       float(getattr(settings, "STRIPE_RATE_LIMIT_RETRY_SECONDS", 5.0)),
-                       float(getattr(settings, "STRIPE_MAX_REQUESTS_PER_SECOND", 0.0)))
+        with _BUILDING:
+            return _stripe(settings.STRIPE_API_KEY, settings.STRIPE_API_BASE, tuple(settings.STRIPE_WEBHOOK_SECRETS),
+                           settings.STRIPE_ACCOUNT, settings.STRIPE_TIMEOUT_SECONDS, settings.STRIPE_API_VERSION,
+                           float(getattr(settings, "STRIPE_RATE_LIMIT_RETRY_SECONDS", 5.0)),
+                           float(getattr(settings, "STRIPE_MAX_REQUESTS_PER_SECOND", 0.0)))
     if name == "alipay":
         return _alipay(settings.ALIPAY_APP_ID, settings.ALIPAY_GATEWAY_URL, settings.ALIPAY_APP_PRIVATE_KEY,
                        settings.ALIPAY_PUBLIC_KEY, alipay_notify_url(), settings.ALIPAY_TIMEOUT_SECONDS,
