@@ -171,7 +171,8 @@ def start_celery(database: str, redis_url: str, api_base: str, concurrency: int)
     log = LOG_DIR / "celery.log"
     log.write_text("")
     env = child_env(DATABASE_URL=db_url(database), REDIS_URL=redis_url, STRIPE_API_BASE=api_base)
-    argv = [str(VENV_BIN / "celery"), "-A", "config", "worker", "-P", "prefork", "-c", str(concurrency),
+    pool = os.environ.get("BENCH_CELERY_POOL", "prefork")  # threads: the paid path's recommended pool
+    argv = [str(VENV_BIN / "celery"), "-A", "config", "worker", "-P", pool, "-c", str(concurrency),
             "-l", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
             "-n", f"bench{os.getpid()}@%h"]
     proc = CHILDREN.start("celery", argv, env=env, log=log)
@@ -375,7 +376,8 @@ def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
     connections.close_all()
     redis.reset()
     gunicorn, url = start_gunicorn(database, redis.url, api_base=api_base)
-    say("restore", f"starting celery worker (prefork, concurrency {args.celery_concurrency}) on {redis.url}")
+    say("restore", f"starting celery worker ({os.environ.get('BENCH_CELERY_POOL', 'prefork')}, concurrency "
+                   f"{args.celery_concurrency}) on {redis.url}")
     worker = start_celery(database, redis.url, api_base, args.celery_concurrency)
     sub_of = {r["invoice"]: pk for r, pk in zip(rows, seeded["subscription_pks"], strict=True)}
     items = [(r["invoice"], r["event"].encode()) for r in rows]
