@@ -165,7 +165,7 @@ PICTURES = ("results.png", "sweep_real.png", "latency_cdfs.png")
 def markdown_table(results: dict[str, Any]) -> str:
     rows = results.get("table") or []
     lines = [f"Run `{results.get('command', 'python -m bench')}`, started {results.get('started_at', '?')}, "
-             f"{results.get('cpus')} CPUs, load average {results.get('loadavg_start')} at the start. "
+             f"{results.get('cpus')} CPUs, load average {_load(results.get('loadavg_start'))} at the start. "
              "The speed column is the machine-speed probe while that figure was taken (seconds for a "
              "10^7-iteration Python loop; lower is faster).", "",
              "| figure | value | target | verdict | speed |", "|---|---|---|---|---|"]
@@ -173,6 +173,10 @@ def markdown_table(results: dict[str, Any]) -> str:
         cells = (r.get(k, "").replace("|", "\\|") for k in COLUMNS)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _load(values: Any) -> str:
+    return ", ".join(f"{v:.1f}" for v in values) if values else "?"
 
 
 def fill_readme(readme: str, block: str) -> str:
