@@ -332,7 +332,8 @@ def _rows_sustained(r: dict[str, Any], row: Callable, judge: Callable, smoke: bo
     row(f"paid->FULL p99, {r['rate']:g}/s for {r['seconds']:g} s (celery {r['celery_pool']} x "
         f"{r['celery_concurrency']})",
         (f"{p99:.2f} s" if p99 is not None else "incomplete") + f" (p50 {r['p50_s'] or 0:.2f} s, "
-        f"{r['restored']}/{r['deliveries']} restored, {r['rate_limited']} answered 429)",
+        f"{r['restored']}/{r['deliveries']} restored, {r['deliveries'] - r['accepted_200']} deliveries not answered "
+        f"200 (client timeout 30 s, or an error), {r['rate_limited']} answered 429)",
         f"p99 < {r['p99_target_s']:g} s", judge(p99, p99 is not None and p99 < r["p99_target_s"], smoke))
     if r.get("reads_per_event") is not None:
         row("  (info) provider reads per paid event (sustained)", f"{r['reads_per_event']:.2f}",
@@ -344,7 +345,8 @@ def _rows_burst(r: dict[str, Any], row: Callable, judge: Callable, smoke: bool) 
     per = r.get("reads_per_event")
     row(f"burst_real {r['deliveries']} drain rate (celery {r['celery_pool']} x {r['celery_concurrency']})",
         f"{r['drain_per_s'] or 0:.1f}/s = {frac or 0:.0%} of the {r['rate_limit']:g}/s limit "
-        f"({r['restored']}/{r['deliveries']} restored in {r['drain_seconds']:.1f} s, {r['rate_limited']} answered 429)",
+        f"({r['restored']}/{r['deliveries']} restored in {r['drain_seconds']:.1f} s, {r['rate_limited']} answered 429, "
+        f"{r['deliveries'] - r['accepted_200']} not answered 200)",
         f">= {r['target']:.0%} of the limit", judge(frac, frac is not None and frac >= r["target"], smoke))
     row("  (info) physical ceiling = limit / provider reads per event",
         f"{r['ceiling_per_s']:.0f}/s ({per:.2f} reads per event)" if per else f"{r['ceiling_per_s']:.0f}/s",
