@@ -3,6 +3,7 @@
 `open_loop`: a fixed offered rate. Request i is due at start + i/rate whatever happened to the
 earlier ones (no coordinated omission); its latency is measured both from its due time (what a
 sender at that rate sees, queueing in the client included) and from the moment it was sent.
+Each result is (seconds from due, seconds from send, status, index, due time as a Unix epoch).
 `burst`: every delivery at once, `concurrency` in flight; returns each one's wall-clock send time.
 """
 
@@ -46,9 +47,10 @@ def open_loop(url: str, bodies: list[bytes], rate: float, secret: str,
         loop = asyncio.get_running_loop()
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
         timeout = aiohttp.ClientTimeout(total=30)
-        results: list[tuple[float, float, int]] = []
+        results: list[tuple[float, float, int, int, float]] = []
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             start = loop.time() + 0.2
+            to_epoch = time.time() - loop.time()  # each due time on the wall clock the database stamps with
 
             async def one(i: int, body: bytes) -> None:
                 due = start + i / rate
@@ -59,7 +61,7 @@ def open_loop(url: str, bodies: list[bytes], rate: float, secret: str,
                 except Exception:  # noqa: BLE001 - a failed request is counted, not raised
                     status = 0
                 done = loop.time()
-                results.append((done - due, done - sent, status))
+                results.append((done - due, done - sent, status, i, due + to_epoch))
                 if progress and len(results) % max(1, int(rate)) == 0:
                     progress(f"{len(results)}/{len(bodies)} deliveries answered")
 

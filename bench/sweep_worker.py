@@ -1,7 +1,8 @@
 """``python -m bench.sweep_worker [--profile FILE]``: one run of the `grace_expiry` job in this
 process, against DATABASE_URL and STRIPE_API_BASE from the environment.
 
-Prints ``PROGRESS <text>`` lines while it runs and one ``RESULT <json>`` line at the end:
+Prints ``STARTED <epoch>`` when the job begins, ``PROGRESS <text>`` lines while it runs and one
+``RESULT <json>`` line at the end:
 wall time of the job, the JobRun counters and this process's peak RSS (VmHWM).
 With --profile the run is sampled by pyinstrument and the text report is written to FILE.
 """
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
         profiler = Profiler(interval=0.002)
         profiler.start()
+    print(f"STARTED {time.time()}", flush=True)  # the job's own start, after django.setup(): the trace's origin
     began = time.perf_counter()
     record = job_run("grace_expiry", progress=lambda text: print(f"PROGRESS {text}", flush=True))
     wall = time.perf_counter() - began
