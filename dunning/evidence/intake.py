@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Model
 
 from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 from dunning.clock import trusted_now
@@ -88,20 +90,15 @@ def webhook_receive(
         # currency against what we sent). A verified event that fails it is kept, quarantined
         # and never processed, and the provider hears a refusal.
         quarantine = provider.notification_problem(event)
-        with transaction.atomic():
-            row, created = _inbox_insert(provider_name, event, now, quarantine=quarantine)
-            raw.verification = Verification.VERIFIED
-            raw.claimed_event_id = event["id"]
-            raw.event = row
-            raw.duplicate = not created
-            refused = quarantine or _held_at_the_door(row)
-            raw.http_status = 400 if refused else 200
-            if refused:
-                raw.rejection_reason = refused[0]
-                raw.detail = escape_nul(refused[1])[:2000]
-            raw.save()
-            if created and not refused:
-                transaction.on_commit(lambda: _enqueue(row.pk))
+        raw.verification = Verification.VERIFIED
+        raw.claimed_event_id = event["id"]
+        refused = _answer(raw, quarantine)
+        event_pk = _insert_new_event(_inbox_row(provider_name, event, now, quarantine), raw)
+        created = event_pk is not None
+        if not created:
+            refused = _keep_redelivery(raw, provider_name, event["id"], quarantine)
+        elif not refused:
+            transaction.on_commit(lambda: _enqueue(event_pk))
     except Exception as exc:
         _keep_failed(as_received, "INBOX_WRITE_FAILED", exc)
         raise
@@ -109,6 +106,29 @@ def webhook_receive(
         return IntakeOutcome(400, refused[0], refused[1])
     return IntakeOutcome(200, "DUPLICATE" if not created else "RECEIVED",
                          body={"received": True, "event": event["id"], "duplicate": not created})
+
+
+def _answer(raw: WebhookDelivery, refused: tuple[str, str] | None) -> tuple[str, str] | None:
+    """Write the verdict a verified delivery gets onto its raw request: 200, or the refusal."""
+    raw.http_status = 400 if refused else 200
+    if refused:
+        raw.rejection_reason = refused[0]
+        raw.detail = escape_nul(refused[1])[:2000]
+    return refused
+
+
+def _keep_redelivery(raw: WebhookDelivery, provider_name: str, event_id: str,
+                     quarantine: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The event is in the inbox already (the insert found it there, committed: ON CONFLICT waits
+    for a concurrent delivery's transaction). The delivery is kept pointing at it, with the answer
+    the first delivery got when it was held at the door."""
+    row = ProviderEvent.objects.only("pk", "outcome", "outcome_detail").get(provider=provider_name,
+                                                                           event_id=event_id)
+    raw.event = row
+    raw.duplicate = True
+    refused = _answer(raw, quarantine or _held_at_the_door(row))
+    raw.save()
+    return refused
 
 
 def _held_at_the_door(row: ProviderEvent) -> tuple[str, str] | None:
@@ -215,25 +235,50 @@ def _ip_or_none(remote_addr: str | None) -> str | None:
         return None
 
 
-def _inbox_insert(provider_name: str, event: dict[str, Any], now: datetime,
-                  quarantine: tuple[str, str] | None = None) -> tuple[ProviderEvent, bool]:
-    """Insert once per (provider, event id); the unique constraint decides between concurrent
-    deliveries of the same event. A new event (the common case) costs no read first; a redelivery
-    pays for a refused insert."""
-    try:
-        with transaction.atomic():
-            row = ProviderEvent.objects.create(
-                provider=provider_name, event_id=event["id"], event_type=event["type"],
-                api_version=event.get("api_version") or "", account=event.get("account") or "",
-                payload=desensitise(event),
-                signature_verified=True, received_at=now, provider_created_at=_created_at(event),
-                **({} if quarantine is None else {
-                    "outcome": EventOutcome.QUARANTINED, "processed_at": now,
-                    "outcome_detail": f"{DOOR_PREFIX}{quarantine[0]}: {quarantine[1]}"[:4000]}),
-            )
-        return row, True
-    except IntegrityError:
-        existing = ProviderEvent.objects.filter(provider=provider_name, event_id=event["id"]).first()
-        if existing is None:
-            raise  # not the duplicate the constraint guards against: let the real cause show
-        return existing, False
+def _inbox_row(provider_name: str, event: dict[str, Any], now: datetime,
+               quarantine: tuple[str, str] | None) -> ProviderEvent:
+    return ProviderEvent(
+        provider=provider_name, event_id=event["id"], event_type=event["type"],
+        api_version=event.get("api_version") or "", account=event.get("account") or "",
+        payload=desensitise(event),
+        signature_verified=True, received_at=now, provider_created_at=_created_at(event),
+        **({} if quarantine is None else {
+            "outcome": EventOutcome.QUARANTINED, "processed_at": now,
+            "outcome_detail": f"{DOOR_PREFIX}{quarantine[0]}: {quarantine[1]}"[:4000]}),
+    )
+
+
+def _insert_new_event(row: ProviderEvent, raw: WebhookDelivery) -> int | None:
+    """Insert the inbox row and, only if it is new, its raw request pointing at it: one statement,
+    so one round trip and atomic on its own (no BEGIN, savepoint or COMMIT). Returns the new event's
+    pk, or None when (provider, event id) is taken: the unique constraint decides between
+    concurrent deliveries of the same event, and a redelivery writes nothing here.
+
+    The columns and values are the models' own (`_insert_values`), as Django's INSERT would send
+    them; an INSERT ... SELECT gives the literals the target columns' types."""
+    db = connections[DEFAULT_DB_ALIAS]  # the connection itself: each use of the proxy is a thread-local lookup
+    event_columns, event_values = _insert_values(db, row)
+    raw_columns, raw_values = _insert_values(db, raw, but="event")
+    qn = db.ops.quote_name
+    sql = (
+        f"WITH new_event AS ("
+        f"INSERT INTO {qn(ProviderEvent._meta.db_table)} ({', '.join(event_columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(event_values))}) "
+        f"ON CONFLICT ({qn('provider')}, {qn('event_id')}) DO NOTHING RETURNING id"
+        f"), new_delivery AS ("
+        f"INSERT INTO {qn(WebhookDelivery._meta.db_table)} ({', '.join(raw_columns)}, {qn('event_id')}) "
+        f"SELECT {', '.join(['%s'] * len(raw_values))}, new_event.id FROM new_event"
+        f") SELECT id FROM new_event"
+    )
+    with db.cursor() as cursor:
+        cursor.execute(sql, event_values + raw_values)
+        found = cursor.fetchone()
+    return None if found is None else found[0]
+
+
+def _insert_values(db: BaseDatabaseWrapper, obj: Model, but: str = "") -> tuple[list[str], list[Any]]:
+    """The quoted columns and database values Django's own INSERT of `obj` would use (defaults
+    applied, each field's conversion), leaving out the primary key and the field named `but`."""
+    fields = [f for f in obj._meta.local_concrete_fields if not f.primary_key and f.name != but]
+    return ([db.ops.quote_name(f.column) for f in fields],
+            [f.get_db_prep_save(f.pre_save(obj, True), db) for f in fields])

@@ -127,7 +127,7 @@ def _claim(event_pk: int, user: Any, reason: str, ticket: str, now: datetime) ->
                                    f"Event {event.event_id} is being re-processed right now.") from None
 
 
-def _finish(attempt: EventReprocessing, user: Any, result: Processing | None, status: str, error: str,
+def _finish(attempt: EventReprocessing, result: Processing | None, status: str, error: str,
             now: datetime) -> ProviderEvent:
     with transaction.atomic():
         event = ProviderEvent.objects.select_for_update().get(pk=attempt.event_id)
@@ -140,7 +140,6 @@ def _finish(attempt: EventReprocessing, user: Any, result: Processing | None, st
             event.processed_at = now
             event.error = ""
             fields += ["outcome", "outcome_detail", "subscription", "invoice", "cycle", "processed_at", "error"]
-        event._history_user = user  # django-simple-history names who changed the bookkeeping
         event.save(update_fields=fields)
         attempt.status, attempt.finished_at, attempt.error = status, trusted_now(), error[-4000:]
         if result is not None:
@@ -169,13 +168,13 @@ def event_reprocess(*, event_pk: int, user: Any, reason: str, ticket: str, now: 
     try:
         result = event_process_fresh(event, now=now, provider=provider)
     except ProviderIndeterminate as exc:
-        event = _finish(attempt, user, None, ReprocessingStatus.PROVIDER_UNAVAILABLE, str(exc), now)
+        event = _finish(attempt, None, ReprocessingStatus.PROVIDER_UNAVAILABLE, str(exc), now)
         return ReprocessOutcome(attempt, event)
     except Exception:
         log.exception("event %s: re-processing failed", event.event_id)
-        _finish(attempt, user, None, ReprocessingStatus.FAILED, traceback.format_exc(), now)
+        _finish(attempt, None, ReprocessingStatus.FAILED, traceback.format_exc(), now)
         raise
-    event = _finish(attempt, user, result, ReprocessingStatus.DONE, "", now)
+    event = _finish(attempt, result, ReprocessingStatus.DONE, "", now)
     log.info("event %s: re-processed by %s: %s → %s", event.event_id, attempt.actor, attempt.previous_outcome,
              event.outcome)
     return ReprocessOutcome(attempt, event)

@@ -6,7 +6,6 @@ from django.db import models
 from django.db.models import Expression
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import JSONObject
-from simple_history.models import HistoricalRecords
 
 from dunning.append_only import AppendOnlyModel
 
@@ -61,9 +60,11 @@ class ProviderEvent(AppendOnlyModel):
     body_purged_at = models.DateTimeField(null=True, blank=True,
                                           help_text="When the retention job cut the payload to its ids.")
 
-    # Processing bookkeeping changes; the payload never does, so history does not copy it (a copy
-    # per insert was a fifth of a webhook delivery's cost).
-    history = HistoricalRecords(excluded_fields=["payload"])
+    # No django-simple-history here: the row is its own record. The payload never changes; the
+    # bookkeeping goes PENDING -> an outcome once (event_process leaves a processed event alone,
+    # retries before that only count attempts and keep the last error), and any later change is a
+    # staff re-processing, whose EventReprocessing row keeps who, why, the outcome before and after.
+    # A history row per inbox insert was the largest single cost of a webhook delivery.
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["provider", "event_id"], name="uniq_provider_event")]

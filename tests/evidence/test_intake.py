@@ -134,7 +134,7 @@ def test_a_failure_on_our_side_keeps_the_raw_request_and_tells_the_provider_to_r
         raise DatabaseError("disk full") if breaks == "inbox write" else RuntimeError("SDK bug")
 
     if breaks == "inbox write":
-        monkeypatch.setattr(webhook_intake, "_inbox_insert", broken)
+        monkeypatch.setattr(webhook_intake, "_insert_new_event", broken)
     else:
         monkeypatch.setattr("subscriptions.providers.stripe_adapter.StripeProvider.verify_webhook", broken)
     body = event_body("evt_breaks", "invoice.paid")

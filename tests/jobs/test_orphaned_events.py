@@ -35,6 +35,7 @@ from dunning.models import EventOutcome, JobRun, ProviderEvent
 from dunning.tasks import process_provider_event
 from entitlements.profiles import FULL
 from subscriptions.models import Subscription
+from tests.support.broker import tasks_through
 from tests.support.scenarios import cycle_of, failed_renewal, lose_pending_webhooks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -127,20 +128,9 @@ def _settled(paid: list[str]) -> bool:
             and not JobRun.objects.filter(job="inbox_sweep", finished_at__isnull=True).exists())
 
 
-@contextlib.contextmanager
 def tasks_through_redis():
     """This process hands tasks to Redis as the web process does (the suite runs them in process)."""
-    conf = celery_app.conf
-    saved = conf.task_always_eager, conf.broker_url
-    conf.task_always_eager, conf.broker_url = False, REDIS_URL
-    celery_app._pool = celery_app.amqp._producer_pool = None  # producer pools are built from broker_url once
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            celery_app.pool.force_close_all()
-        celery_app._pool = celery_app.amqp._producer_pool = None
-        conf.task_always_eager, conf.broker_url = saved
+    return tasks_through(REDIS_URL)
 
 
 def test_events_orphaned_by_a_killed_worker_recover_inside_the_gate(sim, worker, broker):
