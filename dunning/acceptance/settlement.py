@@ -6,6 +6,7 @@ Called only from inside the acceptance entry points, with the subscription row l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -54,10 +55,14 @@ def subscription_views(subscription: Subscription, changed_cycle: DunningCycle |
 
 
 def compute_aggregate(subscription: Subscription, changed_cycle: DunningCycle | None,
-                      now: datetime | None = None) -> tuple[str, Decision]:
+                      now: datetime | None = None, others: Sequence[CycleView] | None = None) -> tuple[str, Decision]:
     """The root over blocking cycles, and the decision: the debt line's profile, never looser
-    than what the contract line allows at `now` (SPEC §7)."""
-    views = subscription_views(subscription, changed_cycle)
+    than what the contract line allows at `now` (SPEC §7). `others`: the views of the other
+    delinquent cycles when the caller read them already (the acceptance transaction does)."""
+    if others is None or changed_cycle is None:
+        views = subscription_views(subscription, changed_cycle)
+    else:
+        views = [*others, cycle_view(changed_cycle)]
     spec = policy_spec(subscription.policy)
     debt = aggregate_decision(views, recover_with_remaining_debt=spec.recover_with_remaining_debt)
     return outstanding_root(views), with_contract(debt, subscription, spec, now or trusted_now())
@@ -103,13 +108,14 @@ class _Decided:
 
 
 def settle_subscription(*, subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime,
-                        accepted: Accepted, force_new_generation: bool = False, first_snapshot: bool = False
-                        ) -> Settled:
+                        accepted: Accepted, force_new_generation: bool = False, first_snapshot: bool = False,
+                        others: Sequence[CycleView] | None = None, stage: Stage | None = None) -> Settled:
     """Recompute the aggregate, write the receipt, issue a snapshot when the decision changed (or
-    `force_new_generation`), save the subscription, and write the outbox rows."""
+    `force_new_generation`), save the subscription, and write the outbox rows. `others` and
+    `stage`: what the caller read already under the locks (dunning.acceptance.locked_read)."""
     spec = policy_spec(subscription.policy)
-    stage = effective_stage(spec, subscription.cohort)  # read once: both access and messages follow it
-    decided = _decide(subscription, changed_cycle, now, spec, stage, accepted.notes,
+    stage = stage or effective_stage(spec, subscription.cohort)  # read once: both access and messages follow it
+    decided = _decide(subscription, changed_cycle, now, spec, stage, accepted.notes, others,
                       force_new_generation=force_new_generation, first_snapshot=first_snapshot)
     receipt = _write_receipt(subscription, changed_cycle, now, accepted, decided)
     _save_subscription(subscription, receipt, now, decided)
@@ -118,9 +124,10 @@ def settle_subscription(*, subscription: Subscription, changed_cycle: DunningCyc
 
 
 def _decide(subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime, spec: PolicyDocument,
-            stage: Stage, notes: tuple[str, ...], *, force_new_generation: bool, first_snapshot: bool) -> _Decided:
+            stage: Stage, notes: tuple[str, ...], others: Sequence[CycleView] | None, *, force_new_generation: bool,
+            first_snapshot: bool) -> _Decided:
     root_before = subscription.outstanding_cycle_root
-    root, decision = compute_aggregate(subscription, changed_cycle, now)
+    root, decision = compute_aggregate(subscription, changed_cycle, now, others=others)
     # A subscription's first snapshot is issued whatever the mode: runtime services must be able
     # to read an entitlement for every subscription at once (SPEC §8 "Mirrors").
     enforce = first_snapshot or enforces_access(spec, subscription_key=subscription.provider_subscription_id,
