@@ -6,8 +6,11 @@ Called only from inside the acceptance entry points, with the subscription row l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+from simple_history.utils import bulk_create_with_history
 
 from dunning.acceptance.aggregate import CycleView, Decision, aggregate_decision, outstanding_root
 from dunning.acceptance.contract import ContractView, contract_phase, contract_says
@@ -54,10 +57,14 @@ def subscription_views(subscription: Subscription, changed_cycle: DunningCycle |
 
 
 def compute_aggregate(subscription: Subscription, changed_cycle: DunningCycle | None,
-                      now: datetime | None = None) -> tuple[str, Decision]:
+                      now: datetime | None = None, others: Sequence[CycleView] | None = None) -> tuple[str, Decision]:
     """The root over blocking cycles, and the decision: the debt line's profile, never looser
-    than what the contract line allows at `now` (SPEC §7)."""
-    views = subscription_views(subscription, changed_cycle)
+    than what the contract line allows at `now` (SPEC §7). `others`: the views of the other
+    delinquent cycles when the caller read them already (the acceptance transaction does)."""
+    if others is None or changed_cycle is None:
+        views = subscription_views(subscription, changed_cycle)
+    else:
+        views = [*others, cycle_view(changed_cycle)]
     spec = policy_spec(subscription.policy)
     debt = aggregate_decision(views, recover_with_remaining_debt=spec.recover_with_remaining_debt)
     return outstanding_root(views), with_contract(debt, subscription, spec, now or trusted_now())
@@ -103,24 +110,31 @@ class _Decided:
 
 
 def settle_subscription(*, subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime,
-                        accepted: Accepted, force_new_generation: bool = False, first_snapshot: bool = False
-                        ) -> Settled:
+                        accepted: Accepted, force_new_generation: bool = False, first_snapshot: bool = False,
+                        others: Sequence[CycleView] | None = None, stage: Stage | None = None) -> Settled:
     """Recompute the aggregate, write the receipt, issue a snapshot when the decision changed (or
-    `force_new_generation`), save the subscription, and write the outbox rows."""
+    `force_new_generation`), save the subscription, and write the outbox rows. `others` and
+    `stage`: what the caller read already under the locks (dunning.acceptance.locked_read)."""
     spec = policy_spec(subscription.policy)
-    stage = effective_stage(spec, subscription.cohort)  # read once: both access and messages follow it
-    decided = _decide(subscription, changed_cycle, now, spec, stage, accepted.notes,
+    stage = stage or effective_stage(spec, subscription.cohort)  # read once: both access and messages follow it
+    decided = _decide(subscription, changed_cycle, now, spec, stage, accepted.notes, others,
                       force_new_generation=force_new_generation, first_snapshot=first_snapshot)
     receipt = _write_receipt(subscription, changed_cycle, now, accepted, decided)
-    _save_subscription(subscription, receipt, now, decided)
-    _request_outbox(subscription, changed_cycle, now, accepted, spec, stage, receipt)
+    outbox: list[OutboxMessage] = []
+    _save_subscription(subscription, receipt, now, decided, outbox)
+    _request_outbox(subscription, changed_cycle, now, accepted, spec, stage, receipt, outbox)
+    if outbox:
+        # One INSERT for the rows and one for their history rows (the same rows the post_save
+        # signal writes one at a time, user included), instead of two statements per row.
+        bulk_create_with_history(outbox, OutboxMessage)
     return Settled(receipt=receipt, snapshot_issued=decided.issue)
 
 
 def _decide(subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime, spec: PolicyDocument,
-            stage: Stage, notes: tuple[str, ...], *, force_new_generation: bool, first_snapshot: bool) -> _Decided:
+            stage: Stage, notes: tuple[str, ...], others: Sequence[CycleView] | None, *, force_new_generation: bool,
+            first_snapshot: bool) -> _Decided:
     root_before = subscription.outstanding_cycle_root
-    root, decision = compute_aggregate(subscription, changed_cycle, now)
+    root, decision = compute_aggregate(subscription, changed_cycle, now, others=others)
     # A subscription's first snapshot is issued whatever the mode: runtime services must be able
     # to read an entitlement for every subscription at once (SPEC §8 "Mirrors").
     enforce = first_snapshot or enforces_access(spec, subscription_key=subscription.provider_subscription_id,
@@ -153,13 +167,13 @@ def _write_receipt(subscription: Subscription, changed_cycle: DunningCycle | Non
 
 
 def _save_subscription(subscription: Subscription, receipt: TransitionReceipt, now: datetime,
-                       decided: _Decided) -> None:
+                       decided: _Decided, outbox: list[OutboxMessage]) -> None:
     """The new root, the new snapshot (with its outbox row) and the contract phase; saved only
     when one of them changed."""
     update_fields = ["outstanding_cycle_root", "row_version", "updated_at"]
     subscription.outstanding_cycle_root = decided.root
     if decided.issue:
-        _issue_snapshot(subscription, receipt, now, decided)
+        _issue_snapshot(subscription, receipt, now, decided, outbox)
         update_fields += ["entitlement_profile", "entitlement_generation"]
     phase = contract_phase(ContractView.of(subscription), now)
     if phase != subscription.contract_phase:
@@ -171,7 +185,8 @@ def _save_subscription(subscription: Subscription, receipt: TransitionReceipt, n
         subscription.save(update_fields=update_fields)
 
 
-def _issue_snapshot(subscription: Subscription, receipt: TransitionReceipt, now: datetime, decided: _Decided) -> None:
+def _issue_snapshot(subscription: Subscription, receipt: TransitionReceipt, now: datetime, decided: _Decided,
+                    outbox: list[OutboxMessage]) -> None:
     profile = get_profile(decided.decision.profile)
     new_generation, reason = decided.generation, decided.decision.reason
     subscription.entitlement_profile = profile.name
@@ -180,33 +195,35 @@ def _issue_snapshot(subscription: Subscription, receipt: TransitionReceipt, now:
         subscription=subscription, generation=new_generation, profile=profile.name,
         capabilities=profile.capabilities(), reason=reason[:255], issued_at=now, cause_receipt=receipt,
     )
-    _outbox(receipt, ENTITLEMENT_CHANGED_TOPIC, f"{ENTITLEMENT_CHANGED_TOPIC}:{subscription.pk}:{new_generation}", {
+    outbox.append(_outbox(receipt, ENTITLEMENT_CHANGED_TOPIC,
+                          f"{ENTITLEMENT_CHANGED_TOPIC}:{subscription.pk}:{new_generation}", {
         "subscription": subscription.pk, "provider_subscription_id": subscription.provider_subscription_id,
         "generation": new_generation, "profile": profile.name, "capabilities": profile.capabilities(),
         "reason": reason, "issued_at": now.isoformat(),
-    }, now)
+    }, now))
 
 
 def _request_outbox(subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime,
-                    accepted: Accepted, spec: PolicyDocument, stage: Stage, receipt: TransitionReceipt) -> None:
+                    accepted: Accepted, spec: PolicyDocument, stage: Stage, receipt: TransitionReceipt,
+                    outbox: list[OutboxMessage]) -> None:
     """The notification the edge asks for (when the policy sends them) and its other side effects."""
     notification = accepted.notification
     if notification and changed_cycle is not None and sends_notifications(
         spec, subscription_key=subscription.provider_subscription_id, cohort=subscription.cohort,
         subscription_pk=subscription.pk, now=now, stage=stage,
     ):
-        _outbox(receipt, "notification.requested",
+        outbox.append(_outbox(receipt, "notification.requested",
                 f"notification:{changed_cycle.cycle_id}:{notification}:{changed_cycle.generation}", {
                     "subscription": subscription.pk, "cycle": str(changed_cycle.cycle_id),
                     "template": notification, "template_generation": spec.template_generation,
                     "state": changed_cycle.state,
-                }, now)
+                }, now))
     for topic, dedupe_key, payload in accepted.side_effects:  # e.g. a provider call an edge asked for
-        _outbox(receipt, topic, dedupe_key, payload, now)
+        outbox.append(_outbox(receipt, topic, dedupe_key, payload, now))
 
 
-def _outbox(receipt: TransitionReceipt, topic: str, dedupe_key: str, payload: dict, now: datetime) -> None:
-    OutboxMessage.objects.create(
+def _outbox(receipt: TransitionReceipt, topic: str, dedupe_key: str, payload: dict, now: datetime) -> OutboxMessage:
+    return OutboxMessage(
         topic=topic, dedupe_key=dedupe_key, payload=payload, subscription=receipt.subscription,
         receipt=receipt, created_at=now,
     )

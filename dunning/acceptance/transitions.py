@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max, Subquery
+from django.db.models import Max
 from django.db.models.functions import Coalesce
 from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 
@@ -23,11 +23,12 @@ from dunning.acceptance.deadlocks import retry_on_deadlock
 from dunning.acceptance.edges import EDGES, invoice_digest, local_idempotency_key
 from dunning.acceptance.guards import EdgeContext, Refusal
 from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
+from dunning.acceptance.locked_read import lock_and_read
 from dunning.acceptance.settlement import Accepted, settle_subscription
 from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import now_is_not_ahead, trusted_now
 from dunning.models import AttemptOrigin, DunningCycle, FactKind, MonetaryFact, PaymentAttempt, TransitionReceipt
-from dunning.policy.cache import policy_spec, spec_only_policy
+from dunning.policy.cache import policy_spec
 from dunning.state_names import invoice_status_rank
 from dunning.states import TERMINAL_STATES, AttemptState
 from subscriptions.models import Subscription
@@ -63,30 +64,12 @@ def cycle_accept_transition(
     return retry_on_deadlock(decide, what=f"acceptance of {edge} on cycle {cycle_pk}")
 
 
-def _lock_subscription_of(cycle_pk: int) -> Subscription:
-    """Lock the cycle's subscription first (the lock order every acceptance keeps), found in the
-    same statement: a cycle never moves to another subscription."""
-    owner = DunningCycle.objects.filter(pk=cycle_pk).values("subscription_id")[:1]
-    try:
-        return (
-            Subscription.objects.select_for_update(of=("self",)).select_related("policy")
-            .defer(*spec_only_policy("policy")).get(pk=Subquery(owner))
-        )
-    except Subscription.DoesNotExist:
-        raise DunningCycle.DoesNotExist(f"no dunning cycle {cycle_pk}") from None
-
-
 def _accept_locked(
     cycle_pk: int, edge: str, expect: Expect, cause: Cause,
     evidence: Evidence, params: dict[str, Any], now: datetime,
 ) -> TransitionResult:
-    subscription = _lock_subscription_of(cycle_pk)
-    cycle = (
-        DunningCycle.objects.select_for_update(of=("self", "invoice"))
-        .select_related("invoice", "policy", "pending_attempt")
-        .defer(*spec_only_policy("policy"))
-        .get(pk=cycle_pk)
-    )
+    read = lock_and_read(cycle_pk)
+    subscription, cycle = read.subscription, read.cycle
     _compare_and_set(expect, cycle, subscription)
     ctx = EdgeContext(
         cycle=cycle, subscription=subscription, invoice=cycle.invoice, spec=policy_spec(cycle.policy),
@@ -120,8 +103,7 @@ def _accept_locked(
         edge=edge, cause=cause, evidence=evidence, from_state=from_state, expect=expect,
         notes=tuple(ctx.notes), notification=rule.notification if rule.moves_cycle else "",
         side_effects=tuple(ctx.side_effects),
-    ))
-    cycle.subscription = subscription  # the locked row as this transaction leaves it
+    ), others=read.others, stage=read.stage)
     return TransitionResult(
         accepted=True, edge=edge, receipt_id=settled.receipt.pk, from_state=from_state, to_state=cycle.state,
         cycle_generation=cycle.generation, root=subscription.outstanding_cycle_root,

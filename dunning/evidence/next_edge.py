@@ -54,18 +54,23 @@ def invoice_facts(inv: ProviderInvoice, *, decline_code: str, now: datetime) -> 
     return tuple(facts)
 
 
-def _mirror_differs(cycle: DunningCycle, inv: ProviderInvoice, facts: tuple[FactSpec, ...]) -> bool:
+def _mirror_differs(cycle: DunningCycle, inv: ProviderInvoice, facts: tuple[FactSpec, ...], *,
+                    facts_applied: bool) -> bool:
     local = cycle.invoice
     if (local.status, local.amount_paid, local.attempt_count, local.next_payment_attempt) != (
         inv.status, inv.amount_paid, inv.attempt_count, inv.next_payment_attempt
     ):
         return True
+    if facts_applied:
+        # An acceptance of this walk applied these facts: each is on record now, or was found
+        # to add nothing (a refund total already on record); applying them again adds nothing.
+        return False
     keys = [f.dedupe_key for f in facts]
     return MonetaryFact.objects.filter(dedupe_key__in=keys).count() != len(keys)
 
 
 def plan_next_step(cycle: DunningCycle, inv: ProviderInvoice, *, decline_code: str,
-                   facts: tuple[FactSpec, ...]) -> Step | None:
+                   facts: tuple[FactSpec, ...], facts_applied: bool = False) -> Step | None:
     state = cycle.state
     spec = policy_spec(cycle.policy)
     local = cycle.invoice
@@ -74,7 +79,7 @@ def plan_next_step(cycle: DunningCycle, inv: ProviderInvoice, *, decline_code: s
         # A paid receipt does not settle debt reopened by a lost dispute; the grace path goes on.
         if cycle.dispute_reopened and state == S.PAYMENT_FAILED:
             return Step("start_grace")
-        return Step("record_evidence") if _mirror_differs(cycle, inv, facts) else None
+        return Step("record_evidence") if _mirror_differs(cycle, inv, facts, facts_applied=facts_applied) else None
     if inv.status == "paid":
         return Step("recover", {"provider_payment_ref": inv.payment_refs[-1] if inv.payment_refs else ""})
     if inv.status == "void":
@@ -99,32 +104,34 @@ def plan_next_step(cycle: DunningCycle, inv: ProviderInvoice, *, decline_code: s
         if (state == S.RETRY_SCHEDULED and provider_retries and not new_failure
                 and inv.next_payment_attempt != cycle.next_attempt_at):
             return Step("reschedule_retry", {"next_attempt_at": inv.next_payment_attempt})
-    return Step("record_evidence") if _mirror_differs(cycle, inv, facts) else None
+    return Step("record_evidence") if _mirror_differs(cycle, inv, facts, facts_applied=facts_applied) else None
 
 
 def cycle_reconcile_with_invoice(
     *, cycle_pk: int, inv: ProviderInvoice, receipt: ProviderReceipt, decline_code: str, cause: Cause,
-    now: datetime, extra_facts: tuple[FactSpec, ...] = (),
+    now: datetime, extra_facts: tuple[FactSpec, ...] = (), cycle: DunningCycle | None = None,
 ) -> list[TransitionResult]:
     """Walk the cycle towards what the receipt shows, one accepted edge at a time."""
     return reconcile_and_read(cycle_pk=cycle_pk, inv=inv, receipt=receipt, decline_code=decline_code, cause=cause,
-                              now=now, extra_facts=extra_facts)[0]
+                              now=now, extra_facts=extra_facts, cycle=cycle)[0]
 
 
 def reconcile_and_read(
     *, cycle_pk: int, inv: ProviderInvoice, receipt: ProviderReceipt, decline_code: str, cause: Cause,
-    now: datetime, extra_facts: tuple[FactSpec, ...] = (),
+    now: datetime, extra_facts: tuple[FactSpec, ...] = (), cycle: DunningCycle | None = None,
 ) -> tuple[list[TransitionResult], DunningCycle | None]:
     """`cycle_reconcile_with_invoice`, also returning the cycle as it stands after the walk (as
     the last accepted step left it, or as read when nothing moved it), so a caller acting next
-    need not read it again; None when the walk gave up after MAX_STEPS."""
+    need not read it again; None when the walk gave up after MAX_STEPS. `cycle`: the caller's
+    read of it (as `cycle_read` loads it) to plan the first step from; the acceptance's
+    compare-and-set refuses a step planned on a stale one, and the walk reads it again."""
     facts = invoice_facts(inv, decline_code=decline_code, now=now) + extra_facts
     evidence = Evidence(receipt=receipt, invoice=invoice_update(inv), facts=facts)
     results: list[TransitionResult] = []
-    cycle: DunningCycle | None = None
     for _ in range(MAX_STEPS):
         cycle = cycle or cycle_read(cycle_pk)
-        step = plan_next_step(cycle, inv, decline_code=decline_code, facts=facts)
+        step = plan_next_step(cycle, inv, decline_code=decline_code, facts=facts,
+                              facts_applied=any(r.accepted for r in results))
         if step is None:
             return results, cycle
         result = cycle_accept_transition(cycle_pk=cycle_pk, edge=step.edge, expect=Expect.from_cycle(cycle),

@@ -32,6 +32,7 @@ from dunning.models import (
     ProviderEvent,
     ProviderReceipt,
 )
+from dunning.reads.cycles import cycle_read_for_invoice
 from dunning.state_names import invoice_status_rank
 from dunning.states import CycleState
 from subscriptions.models import Subscription
@@ -185,7 +186,7 @@ def _invoice_evidence(p: Processing, event: ProviderEvent | None, provider: Paym
         return p.finish(EventOutcome.APPLIED if result.accepted else EventOutcome.NO_CHANGE,
                         f"evidence conflict: {result.reason or 'flagged'}")
     results = cycle_reconcile_with_invoice(cycle_pk=cycle.pk, inv=inv, receipt=receipt, decline_code=decline_code,
-                                           cause=cause, now=fetched_at, extra_facts=extra_facts)
+                                           cause=cause, now=fetched_at, extra_facts=extra_facts, cycle=cycle)
     accepted = [r for r in results if r.accepted]
     refused = [f"{r.edge} refused: {r.reason}" for r in results if not r.accepted]
     p.detail.extend([f"{r.edge}: {r.from_state}→{r.to_state}" for r in accepted] + refused)
@@ -194,8 +195,7 @@ def _invoice_evidence(p: Processing, event: ProviderEvent | None, provider: Paym
 
 
 def _cycle_for(sub: Subscription, inv: ProviderInvoice, cause: Cause, now: datetime) -> DunningCycle:
-    existing = (DunningCycle.objects.select_related("invoice")
-                .filter(invoice__provider=sub.provider, invoice__provider_invoice_id=inv.id).first())
+    existing = cycle_read_for_invoice(sub.provider, inv.id)
     if existing is not None:
         return existing
     return cycle_open_for_invoice(

@@ -10,8 +10,10 @@ percentage and, for a partial (< 100 %) rollout, it meets the policy's low-risk 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
@@ -48,6 +50,12 @@ def effective_stage(spec: PolicyDocument, cohort: str) -> Stage:
     """One indexed read: the newest stage row for this policy and cohort (or "*")."""
     row = (RolloutStage.objects.filter(policy__identity=spec.identity, cohort__in=(cohort, "*"))
            .order_by("-started_at", "-id").values_list("pk", "mode", "percent", "started_at").first())
+    return stage_from_row(spec, cohort, row)
+
+
+def stage_from_row(spec: PolicyDocument, cohort: str, row: Sequence[Any] | None) -> Stage:
+    """The stage a (pk, mode, percent, started_at) stage row names; the policy's own without one.
+    The acceptance transaction reads the row in its own statement (dunning.acceptance.locked_read)."""
     if row is None:
         return Stage(mode=spec.mode, percent=spec.rollout_percent, covers_cohort=spec.rollout_cohort in ("*", cohort))
     pk, mode, percent, started_at = row

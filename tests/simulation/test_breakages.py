@@ -33,8 +33,8 @@ def _two_invoices_one_paid(world):
 def test_root_recompute_skipped_is_caught(world, monkeypatch):
     real = recompute.compute_aggregate
 
-    def keep_old_root(subscription, changed_cycle, now=None):
-        _, decision = real(subscription, changed_cycle, now)
+    def keep_old_root(subscription, changed_cycle, now=None, **read):
+        _, decision = real(subscription, changed_cycle, now, **read)
         return subscription.outstanding_cycle_root, decision
 
     monkeypatch.setattr(recompute, "compute_aggregate", keep_old_root)
@@ -88,7 +88,7 @@ def test_full_while_blocking_is_caught(world, monkeypatch):
     real = recompute.compute_aggregate
     always_full = Decision(profile="FULL", reason="broken build", blocking_count=0)
     monkeypatch.setattr(recompute, "compute_aggregate",
-                        lambda sub, cycle, now=None: (real(sub, cycle, now)[0], always_full))
+                        lambda sub, cycle, now=None, **read: (real(sub, cycle, now, **read)[0], always_full))
     w = _two_invoices_one_paid(world)
     assert "FULL_WHILE_BLOCKING" in _codes(w)
 
@@ -179,7 +179,8 @@ def test_time_guard_passed_ahead_of_the_trusted_clock_is_caught(world, monkeypat
 def test_random_schedule_catches_a_broken_build_and_shrinks_it(monkeypatch):
     real = recompute.compute_aggregate
     monkeypatch.setattr(recompute, "compute_aggregate",
-                        lambda sub, cycle, now=None: (sub.outstanding_cycle_root, real(sub, cycle, now)[1]))
+                        lambda sub, cycle, now=None, **read: (sub.outstanding_cycle_root,
+                                                              real(sub, cycle, now, **read)[1]))
     schedule = generate(7, 120)
     result = Simulation(schedule).run()
     assert result.first is not None and result.first.code == "ROOT_MISMATCH"

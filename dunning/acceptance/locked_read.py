@@ -1,0 +1,156 @@
+"""What one acceptance reads (SPEC §6), in two hand-written statements sent in one round trip.
+
+The ORM's three reads (the subscription lock, the cycle lock with its invoice, the other cycles'
+views) and the rollout stage cost four round trips and most of an acceptance's Python: Django
+compiled and loaded each one every time. Here:
+
+1. LOCK_SQL locks the cycle's subscription, the cycle and its invoice, FOR UPDATE OF s, c, i.
+   PostgreSQL locks the rows of one result row in the order of the OF list, so this keeps the
+   order every acceptance keeps (subscription, then cycle, then invoice; see deadlocks.py).
+   It reads only the locked tables: after waiting for a lock, PostgreSQL re-reads the newest
+   version of a locked row, but a joined row it did not lock would come from the snapshot taken
+   before the wait.
+2. DECIDE_SQL runs after 1 holds its locks, so under READ COMMITTED its snapshot sees every
+   acceptance committed before: the subscription's delinquent cycles (every cycle writer holds
+   the subscription lock, so none moves under us), the policies' digests (what `policy_spec`
+   keys its cache on) and the subscription's rollout stage (what `effective_stage` reads).
+   Reading the other cycles in statement 1 would be wrong: a concurrent acceptance we waited
+   for may have moved them.
+
+Both go in one psycopg pipeline with the transaction's BEGIN: one round trip for all three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.db import connection
+from django.db.models import Model
+
+from dunning.acceptance.aggregate import CycleView
+from dunning.models import DunningCycle, DunningPolicy
+from dunning.policy.cache import policy_spec
+from dunning.policy.rollout import Stage, stage_from_row
+from dunning.states import DELINQUENT_STATES
+from subscriptions.models import Invoice, Subscription
+
+LOCK_SQL = """
+SELECT {subscription}, {cycle}, {invoice}
+FROM dunning_dunningcycle c
+JOIN subscriptions_subscription s ON s.id = c.subscription_id
+JOIN subscriptions_invoice i ON i.id = c.invoice_id
+WHERE c.id = %(cycle)s
+FOR UPDATE OF s, c, i
+"""
+
+# One row per delinquent cycle of the subscription, and one for the changed cycle whatever its
+# state (its policy digest; its view is built from the row in memory, as the edge leaves it).
+DECIDE_SQL = """
+SELECT c.id, c.cycle_id, c.generation, c.state, c.dispute_reopened, c.exception_profile,
+       c.conflict_held_profile, i.status, c.policy_id, cp.digest,
+       sp.digest, r.id, r.mode, r.percent, r.started_at
+FROM subscriptions_subscription s
+JOIN dunning_dunningpolicy sp ON sp.id = s.policy_id
+JOIN dunning_dunningcycle c ON c.subscription_id = s.id AND (c.id = %(cycle)s OR c.state = ANY(%(delinquent)s))
+JOIN subscriptions_invoice i ON i.id = c.invoice_id
+JOIN dunning_dunningpolicy cp ON cp.id = c.policy_id
+LEFT JOIN LATERAL (
+    SELECT r.id, r.mode, r.percent, r.started_at
+    FROM dunning_rolloutstage r JOIN dunning_dunningpolicy rp ON rp.id = r.policy_id
+    WHERE rp.identity = sp.identity AND r.cohort IN (s.cohort, '*')
+    ORDER BY r.started_at DESC, r.id DESC LIMIT 1
+) r ON true
+WHERE s.id = (SELECT subscription_id FROM dunning_dunningcycle WHERE id = %(cycle)s)
+"""
+
+DELINQUENT = sorted(DELINQUENT_STATES)
+
+
+@dataclass(frozen=True)
+class _Loader:
+    """Builds model instances from a slice of a result row, as the ORM would (its converters)."""
+
+    model: type[Model]
+    alias: str
+    attnames: tuple[str, ...]
+    converters: tuple[tuple[int, Callable[..., Any], Any], ...]
+
+    @property
+    def columns(self) -> str:
+        return ", ".join(f"{self.alias}.{connection.ops.quote_name(name)}" for name in self.attnames)
+
+    def load(self, row: Sequence[Any]) -> Model:
+        values = list(row)
+        for index, convert, expression in self.converters:
+            values[index] = convert(values[index], expression, connection)
+        return self.model.from_db(connection.alias, self.attnames, values)
+
+
+@cache
+def _loader(model: type[Model], alias: str) -> _Loader:
+    fields = model._meta.concrete_fields
+    converters = []
+    for index, field in enumerate(fields):
+        column = field.get_col(alias)
+        for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
+            converters.append((index, convert, column))
+    return _Loader(model, alias, tuple(f.attname for f in fields), tuple(converters))
+
+
+@cache
+def _lock_sql() -> str:
+    return LOCK_SQL.format(subscription=_loader(Subscription, "s").columns, cycle=_loader(DunningCycle, "c").columns,
+                           invoice=_loader(Invoice, "i").columns)
+
+
+def _policy(pk: int, digest: str) -> DunningPolicy:
+    """The policy as `policy_spec` reads it on a cache hit (pk and digest; the rest deferred)."""
+    return DunningPolicy.from_db(connection.alias, ("id", "digest"), (pk, digest))
+
+
+@dataclass(frozen=True)
+class LockedRead:
+    subscription: Subscription
+    cycle: DunningCycle  # with its invoice, policy and subscription attached
+    others: tuple[CycleView, ...]  # the subscription's other delinquent cycles, as stored
+    stage: Stage  # the subscription's rollout stage (what `effective_stage` reads)
+
+
+def lock_and_read(cycle_pk: int) -> LockedRead:
+    """Inside the acceptance transaction: lock, then read what the decision needs. Raises
+    DunningCycle.DoesNotExist when there is no such cycle."""
+    params = {"cycle": cycle_pk, "delinquent": DELINQUENT}
+    # Errors surface at the fetch, outside Django's cursor: wrapped so a deadlock is still the
+    # OperationalError `retry_on_deadlock` knows. The cursors open the connection before the pipeline.
+    with (connection.wrap_database_errors, connection.cursor() as lock, connection.cursor() as decide,
+          connection.connection.pipeline()):
+        lock.execute(_lock_sql(), params)
+        decide.execute(DECIDE_SQL, params)
+        locked = lock.fetchone()
+        rows = decide.fetchall()
+    if locked is None:
+        raise DunningCycle.DoesNotExist(f"no dunning cycle {cycle_pk}")
+    n_sub, n_cycle = len(_loader(Subscription, "s").attnames), len(_loader(DunningCycle, "c").attnames)
+    subscription = _loader(Subscription, "s").load(locked[:n_sub])
+    cycle = _loader(DunningCycle, "c").load(locked[n_sub:n_sub + n_cycle])
+    cycle.invoice = _loader(Invoice, "i").load(locked[n_sub + n_cycle:])
+    cycle.subscription = subscription
+    first = rows[0]
+    subscription.policy = _policy(subscription.policy_id, first[10])
+    spec = policy_spec(subscription.policy)
+    others = []
+    for pk, cycle_id, generation, state, reopened, exception, held, status, policy_id, digest, *_ in rows:
+        if pk == cycle_pk:
+            cycle.policy = _policy(policy_id, digest)
+            continue
+        others.append(CycleView(
+            cycle_id=str(cycle_id), generation=generation, state=state, invoice_status=status,
+            dispute_reopened=reopened, exception_profile=exception, conflict_held_profile=held,
+            spec=policy_spec(_policy(policy_id, digest)),
+        ))
+    stage_row = first[11:15] if first[11] is not None else None
+    return LockedRead(subscription=subscription, cycle=cycle, others=tuple(others),
+                      stage=stage_from_row(spec, subscription.cohort, stage_row))

@@ -1,0 +1,132 @@
+"""The acceptance transaction's own reads (dunning.acceptance.locked_read): few statements, and
+the other cycles read only once the subscription lock is held."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, connections, transaction
+from django.db.models import F
+
+from dunning.acceptance.aggregate import outstanding_root
+from dunning.acceptance.inputs import Cause, Expect
+from dunning.acceptance.locked_read import lock_and_read
+from dunning.acceptance.settlement import compute_aggregate, cycle_view
+from dunning.acceptance.transitions import cycle_accept_transition
+from dunning.models import DunningCycle, RolloutStage, TransitionReceipt
+from dunning.policy.cache import policy_spec
+from dunning.policy.rollout import effective_stage
+from subscriptions.models import Subscription
+from tests.support.builders import make_policy, make_subscription, open_cycle, reload
+from tests.support.paths import Walker
+
+
+@pytest.fixture
+def two_in_grace(policy):
+    sub = make_subscription()
+    a = Walker(open_cycle(sub)).to_grace()
+    b = Walker(open_cycle(sub))
+    b.now = a.now
+    b.to_grace()
+    return sub, reload(a.cycle), reload(b.cycle)
+
+
+def test_an_acceptance_is_five_statements(two_in_grace, django_assert_max_num_queries):
+    """Savepoint (BEGIN outside a test), the lock, the decision's read, the receipt, release
+    (COMMIT): the ORM's reads took seven."""
+    _, cycle, _ = two_in_grace
+    expect = Expect.from_cycle(cycle)
+    with django_assert_max_num_queries(5):
+        result = cycle_accept_transition(cycle_pk=cycle.pk, edge="record_evidence", expect=expect,
+                                         cause=Cause.system("test"))
+    assert result.accepted
+
+
+def test_the_read_holds_what_the_orm_would_read(two_in_grace):
+    sub, cycle, other = two_in_grace
+    stage = RolloutStage.objects.create(
+        policy=sub.policy, cohort="*", mode="NOTIFY_ONLY", percent=50, previous_mode="ENFORCE", previous_percent=100,
+        started_at=other.grace_started_at, reason="test", ticket="T-1")
+    with transaction.atomic():
+        read = lock_and_read(cycle.pk)
+    stored = reload(cycle)
+    assert [getattr(read.cycle, f.attname) for f in DunningCycle._meta.concrete_fields] == [
+        getattr(stored, f.attname) for f in DunningCycle._meta.concrete_fields]
+    assert read.cycle.invoice.price_ids == stored.invoice.price_ids  # through the JSON field's converter
+    assert read.cycle.invoice.revision == stored.invoice.revision
+    assert read.subscription.outstanding_cycle_root == Subscription.objects.get(pk=sub.pk).outstanding_cycle_root
+    assert read.cycle.subscription is read.subscription
+    assert (read.cycle.policy.pk, read.cycle.policy.digest) == (stored.policy.pk, stored.policy.digest)
+    assert read.others == (cycle_view(reload(other)),)
+    assert read.stage == effective_stage(policy_spec(stored.subscription.policy), sub.cohort)
+    assert read.stage.stage_id == stage.pk
+
+
+def test_a_missing_cycle_is_does_not_exist(policy):
+    with transaction.atomic(), pytest.raises(DunningCycle.DoesNotExist):
+        lock_and_read(987654)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.race
+def test_other_cycles_are_read_after_the_subscription_lock_is_held():
+    """An acceptance that waits for the subscription lock must see what the holder changed in the
+    subscription's other cycles: read in the locking statement, they would come from the snapshot
+    taken before the wait, and the root would still count a cycle the holder settled."""
+    make_policy()
+    sub = make_subscription()
+    a = Walker(open_cycle(sub)).to_grace()
+    b = Walker(open_cycle(sub))
+    b.now = a.now
+    b.to_grace()
+    settled_a, cycle_b = reload(a.cycle), reload(b.cycle)
+    only_b = outstanding_root([cycle_view(cycle_b)])
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:  # stands in for an acceptance settling cycle A
+        try:
+            with transaction.atomic():
+                Subscription.objects.select_for_update().get(pk=sub.pk)
+                held.set()
+                release.wait(30)
+                DunningCycle.objects.filter(pk=settled_a.pk).update(state="RECOVERED", generation=F("generation") + 1)
+                Subscription.objects.filter(pk=sub.pk).update(outstanding_cycle_root=only_b)
+        finally:
+            connections.close_all()
+
+    outcome: list = []
+
+    def waiter() -> None:
+        try:
+            expect = Expect.from_cycle(cycle_b)
+            outcome.append(cycle_accept_transition(cycle_pk=cycle_b.pk, edge="record_evidence",
+                                                   expect=Expect(expect.cycle_generation, expect.invoice_revision,
+                                                                 expect.attempt_id, expect.policy_id, only_b),
+                                                   cause=Cause.system("test")))
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=holder, daemon=True)
+    first.start()
+    assert held.wait(30)
+    second = threading.Thread(target=waiter, daemon=True)
+    second.start()
+    with connection.cursor() as cursor:  # until the acceptance waits for the holder's lock
+        for _ in range(3000):
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND datname = current_database()")
+            if cursor.fetchone()[0]:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the acceptance never waited for the subscription lock")
+    release.set()
+    first.join(30)
+    second.join(30)
+    [result] = outcome
+    assert result.accepted, result
+    assert TransitionReceipt.objects.get(pk=result.receipt_id).root_after == only_b
+    sub = Subscription.objects.get(pk=sub.pk)
+    assert sub.outstanding_cycle_root == only_b == compute_aggregate(sub, None)[0]

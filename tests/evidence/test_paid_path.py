@@ -1,0 +1,52 @@
+"""The paid path (issue 21): one invoice.paid for a cycle in grace restores FULL in one
+acceptance — recover applies the invoice evidence and its payment fact, moves the cycle and
+issues the snapshot in the same transaction — and the walk asks nothing more afterwards."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, OutboxMessage, ProviderEvent
+from dunning.models import TransitionReceipt as Receipt
+from entitlements.models import EntitlementSnapshot
+
+# The whole delivery: the webhook view's intake, the event's processing (the provider's fresh
+# invoice, its receipt, the walk, the recover acceptance with its snapshot and outbox rows).
+MAX_QUERIES_PER_PAID_DELIVERY = 33  # 39 before the acceptance read its rows in one round trip
+
+
+def test_a_paid_invoice_restores_full_in_one_acceptance(sim):
+    customer = sim.create_customer("payer@example.com", card="ok")
+    sub_id = sim.create_subscription(customer, "price_monthly_pro", amount=4900)
+    sim.deliver_all()
+    sim.set_card(customer, "stolen_card")
+    invoice_id = sim.create_renewal_invoice(sub_id)
+    sim.provider_attempt(invoice_id)
+    sim.deliver_all()
+    cycle = DunningCycle.objects.get(invoice__provider_invoice_id=invoice_id)
+    assert cycle.state == "GRACE_ACTIVE"
+    last_receipt = Receipt.objects.order_by("-pk").values_list("pk", flat=True).first()
+    sim.set_card(customer, "ok")
+    sim.customer_pays(invoice_id)
+    [paid] = [e["id"] for e in sim.pending_events() if e["type"] == "invoice.paid"]
+
+    with CaptureQueriesContext(connection) as queries:
+        sim.deliver(paid)
+
+    [receipt] = Receipt.objects.filter(pk__gt=last_receipt)
+    assert (receipt.edge, receipt.accepted, receipt.from_state, receipt.to_state) == (
+        "recover", True, "GRACE_ACTIVE", "RECOVERED")
+    assert sum("FOR UPDATE" in q["sql"] for q in queries.captured_queries) == 1  # one acceptance's lock
+    snapshot = EntitlementSnapshot.objects.filter(subscription=cycle.subscription).latest("generation")
+    assert (snapshot.profile, snapshot.cause_receipt_id) == ("FULL", receipt.pk)
+    assert set(OutboxMessage.objects.filter(receipt=receipt).values_list("topic", flat=True)) == {
+        "entitlement.changed", "notification.requested"}
+    for message in OutboxMessage.objects.filter(receipt=receipt):  # written in one batch, history kept
+        assert list(message.history.values_list("history_type", flat=True)) == ["+"]
+    [fact] = MonetaryFact.objects.filter(invoice=cycle.invoice, kind=FactKind.PAYMENT_SUCCEEDED)
+    assert fact.amount == 4900
+    event = ProviderEvent.objects.get(event_id=paid)
+    assert (event.outcome, event.outcome_detail) == (EventOutcome.APPLIED, "recover: GRACE_ACTIVE→RECOVERED")
+    assert len(queries.captured_queries) <= MAX_QUERIES_PER_PAID_DELIVERY, "\n".join(
+        q["sql"][:160] for q in queries.captured_queries)
