@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agentpay.bridge import ApiAccess, trusted_now
 from agentpay.models import IntentReceipt, LedgerAccount, OutboxMessage, PaymentIntent, Transfer
+from agentpay.selectors import intent_display_status
 from agentpay.services import wallet_flow
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.intents import intent_open
@@ -135,3 +136,18 @@ def test_a_tenant_without_a_wallet_in_the_currency_locks_no_wallet(funded, route
     LedgerAccount.objects.filter(kind="wallet", tenant=funded).update(currency="eur")
     intent = _open(funded, routes["ok"])
     assert lock_intent(intent.intent_id, wallet=True)[3] is None
+
+
+def test_a_relayed_answer_reads_nothing_back(funded, routes, call):
+    assert call("ok", key="warm").status_code == 200
+    with CaptureQueriesContext(connection) as captured:
+        answer = call("ok", key="measured")
+    assert answer.status_code == 200
+    intent = PaymentIntent.objects.get(idempotency_key="measured")
+    assert answer["AgentPay-Intent"] == intent.intent_id
+    assert answer["AgentPay-Display-Status"] == intent_display_status(intent) == "COMPLETED"  # as a read shows it
+    sql = [q["sql"] for q in captured.captured_queries]
+    after = sql[max(i for i, s in enumerate(sql) if s.startswith('INSERT INTO "agentpay_outboxmessage"')):]
+    assert not [s for s in after if s.startswith("SELECT")]  # no composite view read for a relayed answer
+    # request log 2, key, route, open 6, policy 1, the two acceptances 24, the lease 1 (was 60 with 85 before)
+    assert len(sql) <= 36, "\n".join(s[:100] for s in sql)
