@@ -3,10 +3,10 @@ capture / release / keep held.
 
 `intent_drive_wallet` looks at the lines as they are and takes the next step, so the same code
 starts a fresh intent and resumes one whose request crashed before the upstream was called.
-Authorize, hold and dispatch are one acceptance (one transaction: the steps are accepted
-together or not at all, each checked against the tables after the one before it), the upstream's
-answer with its capture or release a second; the upstream call runs between them, after
-`dispatch` committed, never inside a transaction. Once dispatched, a call is never sent again:
+Authorize and hold are one acceptance (one transaction: the steps are accepted together or not
+at all, each checked against the tables after the one before it), dispatch a second, the
+upstream's answer with its capture or release a third; the upstream call runs after `dispatch`
+committed, never inside a transaction. Once dispatched, a call is never sent again:
 an unknown outcome is resolved only by the status query (`agentpay.services.recovery`).
 """
 
@@ -74,6 +74,7 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
                         just_opened: bool = False) -> Driven:
     """`just_opened`: `intent` is the one `intent_open` inserted in this request (its lines are
     the initial ones and its fulfillment is cached on it), so nothing is read back."""
+    last: Outcome | None = None
     # The lines as they are (a resumed intent may be anywhere).
     if just_opened:
         fulfillment = intent.fulfillment
@@ -90,39 +91,37 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
         if reason:
             last = _accept(intent, cause, Step("intent", "policy_denied", {"reason": reason, "detail": why}))
             return Driven(last, refusal=POLICY_REFUSALS.get(reason, "POLICY_DENIED"), detail=why)
-    steps = _steps_to_dispatch(lines, intent)
-    if not steps:
-        return Driven(None)
-    last = _accept(intent, cause, *steps)
-    if last.accepted:
-        return _forward_and_settle(intent, cause, fulfillment.fulfillment_id, request_id)
-    if last.refusal_code in HOLD_REFUSALS:
-        # seed §1: too little balance is a 402, never a fallback to the chain.
-        reason = HOLD_REFUSALS[last.refusal_code]
-        authorize = [step for step in steps if step.line == INTENT]
-        failed = _accept(intent, cause, *authorize,
-                         Step("settlement", "hold_failed", {"reason": reason, "detail": last.detail}),
-                         Step("intent", "settlement_failed"))
-        return Driven(failed, refusal=last.refusal_code, detail=last.detail)
-    return Driven(last, refusal=last.refusal_code, detail=last.detail)
+    steps = _steps_to_hold(lines, intent)
+    if steps:
+        last = _accept(intent, cause, *steps)
+        if not last.accepted and last.refusal_code in HOLD_REFUSALS:
+            # seed §1: too little balance is a 402, never a fallback to the chain.
+            reason = HOLD_REFUSALS[last.refusal_code]
+            authorize = [step for step in steps if step.line == INTENT]
+            failed = _accept(intent, cause, *authorize,
+                             Step("settlement", "hold_failed", {"reason": reason, "detail": last.detail}),
+                             Step("intent", "settlement_failed"))
+            return Driven(failed, refusal=last.refusal_code, detail=last.detail)
+        if not last.accepted:
+            return Driven(last, refusal=last.refusal_code, detail=last.detail)
+        lines = last.lines
+    if not (lines.intent == "authorized" and lines.settlement == "held" and lines.fulfillment == "not_started"):
+        return Driven(last)
+    # Its own acceptance, committed before the upstream is called: a request that dies between the
+    # hold and here leaves a hold never dispatched, which expires (wallet-ledger-spec §5.5).
+    last = _accept(intent, cause, Step("fulfillment", "dispatch"))
+    if not last.accepted:
+        return Driven(last, refusal=last.refusal_code, detail=last.detail)
+    return _forward_and_settle(intent, cause, fulfillment.fulfillment_id, request_id)
 
 
-def _steps_to_dispatch(lines: Lines, intent: PaymentIntent) -> list[Step]:
-    """What is left of authorize → hold → dispatch, asked as one acceptance: all or none, so an
-    intent is never left authorized without its hold, or held without its dispatch, by this
-    request (a crashed one's leftovers resume here). [] when the intent is past dispatch."""
-    steps = []
-    if lines.intent == "created":
-        steps.append(Step("intent", "payload_verified", {"api_key": "verified"}))
-    elif lines.intent != "authorized":
+def _steps_to_hold(lines: Lines, intent: PaymentIntent) -> list[Step]:
+    """What is left of authorize → hold, asked as one acceptance (all or none): [] when the
+    intent is past its hold or is not the wallet flow's to drive."""
+    if lines.intent not in ("created", "authorized") or lines.settlement != "not_started":
         return []
-    if lines.settlement == "not_started":
-        steps.append(Step("settlement", "hold_acquired", {"amount": intent.amount}))
-    elif lines.settlement != "held":
-        return []
-    if lines.fulfillment != "not_started":
-        return []
-    return [*steps, Step("fulfillment", "dispatch")]
+    verify = [Step("intent", "payload_verified", {"api_key": "verified"})] if lines.intent == "created" else []
+    return [*verify, Step("settlement", "hold_acquired", {"amount": intent.amount})]
 
 
 def _forward_and_settle(intent: PaymentIntent, cause: Cause, fulfillment_id: str, request_id: uuid.UUID) -> Driven:

@@ -1,5 +1,5 @@
 """A paid call's round trips (bench/last_run/agentpay.md): the acceptance's lock read is one
-statement, and authorize → hold → dispatch is one acceptance. Shapes of SQL and the invariants
+statement, and authorize → hold is one acceptance. Shapes of SQL and the invariants
 of the folded transaction, never timings."""
 
 from __future__ import annotations
@@ -39,15 +39,15 @@ def _accepted(intent: PaymentIntent) -> list[tuple[int, str]]:
                 .values_list("generation", "event"))
 
 
-def test_a_paid_call_is_two_acceptances_authorize_hold_dispatch_then_the_answer(funded, routes):
+def test_a_paid_call_is_three_acceptances_authorize_and_hold_dispatch_the_answer(funded, routes):
     intent = _open(funded, routes["ok"])
     driven = _drive(intent)
     assert driven.outcome.accepted and driven.outcome.lines.intent == "completed"
-    assert _accepted(intent) == [(0, "opened"), (1, "payload_verified"), (1, "hold_acquired"), (1, "dispatch"),
-                                 (2, "upstream_2xx"), (2, "capture"), (2, "settlement_confirmed")]
-    assert OutboxMessage.objects.filter(intent=intent).count() == 2
+    assert _accepted(intent) == [(0, "opened"), (1, "payload_verified"), (1, "hold_acquired"), (2, "dispatch"),
+                                 (3, "upstream_2xx"), (3, "capture"), (3, "settlement_confirmed")]
+    assert OutboxMessage.objects.filter(intent=intent).count() == 3
     assert [m.payload["events"] for m in OutboxMessage.objects.filter(intent=intent).order_by("pk")] == [
-        ["intent.payload_verified", "settlement.hold_acquired", "fulfillment.dispatch"],
+        ["intent.payload_verified", "settlement.hold_acquired"], ["fulfillment.dispatch"],
         ["fulfillment.upstream_2xx", "settlement.capture", "intent.settlement_confirmed"]]
     hold = Transfer.objects.get(intent=intent, kind="pending")
     assert Transfer.objects.get(intent=intent, pending=hold).kind == "post_pending"
@@ -55,7 +55,7 @@ def test_a_paid_call_is_two_acceptances_authorize_hold_dispatch_then_the_answer(
     assert (wallet.debits_posted, wallet.debits_pending, wallet.available) == (150, 0, 850)
 
 
-def test_the_dispatch_is_accepted_with_its_hold_before_the_upstream_is_called(funded, routes, monkeypatch):
+def test_the_dispatch_is_accepted_after_its_hold_before_the_upstream_is_called(funded, routes, monkeypatch):
     seen = {}
 
     def forward(**kwargs):  # what is written when the upstream is called
@@ -80,7 +80,7 @@ def test_too_little_balance_is_one_refused_acceptance_then_authorize_and_fail_to
     assert driven.outcome.lines.settlement == "failed" and driven.outcome.lines.fulfillment == "not_started"
     refused = IntentReceipt.objects.get(intent=intent, accepted=False)
     assert (refused.event, refused.refusal_code) == ("hold_acquired", "INSUFFICIENT_BALANCE")
-    assert "payload_verified" in refused.detail and "dispatch" in refused.detail  # rolled back with it
+    assert "payload_verified" in refused.detail  # rolled back with it
     assert _accepted(intent) == [(0, "opened"), (1, "payload_verified"), (1, "hold_failed"),
                                  (1, "settlement_failed")]
     assert not Transfer.objects.filter(intent=intent).exists()
@@ -93,17 +93,17 @@ def test_a_resumed_intent_takes_what_is_left_in_one_acceptance(funded, routes):
     assert intent_accept(intent_id=intent.intent_id, steps=[Step("intent", "payload_verified")], cause=cause).accepted
     driven = _drive(PaymentIntent.objects.get(pk=intent.pk), just_opened=False)
     assert driven.outcome.lines.intent == "completed"
-    assert _accepted(intent)[2:] == [(2, "hold_acquired"), (2, "dispatch"), (3, "upstream_2xx"), (3, "capture"),
-                                     (3, "settlement_confirmed")]
+    assert _accepted(intent)[2:] == [(2, "hold_acquired"), (3, "dispatch"), (4, "upstream_2xx"), (4, "capture"),
+                                     (4, "settlement_confirmed")]
 
 
 def test_the_drive_of_a_fresh_intent_stays_within_its_statements(funded, routes, django_assert_max_num_queries):
     _drive(_open(funded, routes["ok"], key="warm"))  # the revenue shard exists and its id is cached
     intent = _open(funded, routes["ok"])
     # The policy read (1); the first acceptance's savepoint, lock, hold (transfer, 2 totals),
-    # intent, settlement and fulfillment writes, receipts, outbox, release (11); the answer's, with
-    # the capture's own savepoint around its transfer (13). It was 55 with five acceptances.
-    with django_assert_max_num_queries(25):
+    # intent and settlement writes, receipts, outbox, release (10); dispatch's (7); the answer's,
+    # with the capture's own savepoint around its transfer (13). It was 55 with four acceptances.
+    with django_assert_max_num_queries(31):
         assert _drive(intent).outcome.lines.intent == "completed"
 
 
@@ -149,5 +149,5 @@ def test_a_relayed_answer_reads_nothing_back(funded, routes, call):
     sql = [q["sql"] for q in captured.captured_queries]
     after = sql[max(i for i, s in enumerate(sql) if s.startswith('INSERT INTO "agentpay_outboxmessage"')):]
     assert not [s for s in after if s.startswith("SELECT")]  # no composite view read for a relayed answer
-    # request log 2, key, route, open 6, policy 1, the two acceptances 24, the lease 1 (was 60 with 85 before)
-    assert len(sql) <= 36, "\n".join(s[:100] for s in sql)
+    # request log 2, key, route, open 6, policy 1, the three acceptances 30, the lease 1 (was 60)
+    assert len(sql) <= 42, "\n".join(s[:100] for s in sql)
