@@ -2,8 +2,9 @@
 
 Each iteration is one paid call through the real services, the path the gateway takes minus
 HTTP: `intent_open` under a fresh key, then `intent_drive_wallet` — payload_verified,
-hold_acquired, dispatch, and the upstream's 2xx accepted with capture and settlement_confirmed
-(five durable transactions; the two ledger moves are the hold and the capture). The upstream
+hold_acquired in one acceptance, dispatch, and the upstream's 2xx accepted with capture and
+settlement_confirmed (four durable transactions; the two ledger moves are the hold and the
+capture). The upstream
 call itself is answered in process (`UpstreamAnswer("2xx")`): the gateway phase measures HTTP.
 """
 

@@ -66,14 +66,15 @@ def onchain_call(request: Request, *, intent: PaymentIntent, created: bool, caus
                            "retry after it has finished; the replay will show its outcome",
                            intent_id=intent.intent_id, headers={"Retry-After": "1"})
     try:
-        return _serve(request, intent, signature, resource, cause, access)
+        return _serve(request, intent, signature, resource, cause, access, just_opened=created)
     finally:
         intent_release_lease(intent=intent)
 
 
 def _serve(request: Request, intent: PaymentIntent, signature: str | None, resource: str, cause: Cause,
-           access: ApiAccess) -> HttpResponse:
-    intent.refresh_from_db(fields=["state", "generation"])
+           access: ApiAccess, *, just_opened: bool) -> HttpResponse:
+    if not just_opened:  # one this request inserted is as it was written: created, generation 0
+        intent.refresh_from_db(fields=["state", "generation"])
     if intent.state in ("created", "challenged"):
         if signature is None:
             return _challenge(intent, cause, access, resource)

@@ -20,12 +20,14 @@ from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
 from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM, SETTLEMENT_IN_PROGRESS
 from agentpay.bridge import api_access_for, trusted_now
+from agentpay.composite import display_status_or_violation
 from agentpay.models import PaymentIntent, PricedRoute
 from agentpay.selectors import intent_composite_view
 from agentpay.services.intents import intent_claim_lease, intent_open, intent_release_lease, request_digest
 from agentpay.services.results import Cause
 from agentpay.services.wallet_flow import Driven, intent_drive_wallet
 from agentpay.states import INTENT_TERMINAL, ONCHAIN, WALLET
+from agentpay.upstream import UpstreamAnswer
 from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 
 MAX_KEY_LENGTH = 255
@@ -187,6 +189,8 @@ class RouteCallView(_AgentPayView):
                                          request_id=request_id, just_opened=opened.created)
         finally:
             intent_release_lease(intent=intent)
+        if _relayable(driven):  # the upstream's answer, the lines from the acceptance: nothing to read
+            return _relayed(intent.intent_id, display_status_or_violation(driven.outcome.lines), driven.answer)
         # One read of what the answer shows (the acceptances committed it).
         intent = PaymentIntent.objects.select_related("route", "fulfillment").get(pk=intent.pk)
         return _answer(intent, driven)
@@ -210,6 +214,19 @@ def _replay(intent: PaymentIntent) -> JsonResponse:
                                        "AgentPay-Display-Status": view["display_status"]})
 
 
+def _relayable(driven: Driven) -> bool:
+    """The upstream answered 2xx or 4xx and its capture or release was accepted."""
+    answer = driven.answer
+    return answer is not None and answer.outcome in ("2xx", "4xx") and driven.outcome.accepted
+
+
+def _relayed(intent_id: str, status: str, answer: UpstreamAnswer) -> HttpResponse:
+    response = HttpResponse(answer.body, status=answer.status,
+                            content_type=answer.content_type or "application/octet-stream")
+    response["AgentPay-Intent"], response["AgentPay-Display-Status"] = intent_id, status
+    return response
+
+
 def _answer(intent: PaymentIntent, driven: Driven) -> HttpResponse:
     view = intent_composite_view(intent)
     ids_headers = {"AgentPay-Intent": intent.intent_id, "AgentPay-Display-Status": view["display_status"]}
@@ -219,12 +236,8 @@ def _answer(intent: PaymentIntent, driven: Driven) -> HttpResponse:
         status, slug, title, advice = REFUSAL_ANSWERS[driven.refusal]
         return problem(status, slug, title, driven.detail + advice, headers=ids_headers, **where)
     answer = driven.answer
-    if answer is not None and answer.outcome in ("2xx", "4xx") and driven.outcome.accepted:
-        response = HttpResponse(answer.body, status=answer.status,
-                                content_type=answer.content_type or "application/octet-stream")
-        for name, value in ids_headers.items():
-            response[name] = value
-        return response
+    if _relayable(driven):
+        return _relayed(intent.intent_id, view["display_status"], answer)
     if answer is not None and answer.outcome in ("5xx", "timeout"):
         status = 502 if answer.outcome == "5xx" else 504
         what = f"the upstream answered {answer.status}" if answer.status else f"the upstream gave no answer " \

@@ -28,17 +28,16 @@ from django.db import OperationalError, transaction
 from agentpay.bridge import trusted_now
 from agentpay.composite import INVARIANT_VIOLATION, display_status_or_violation
 from agentpay.models import (
-    AccountKind,
     Fulfillment,
     IntentReceipt,
-    LedgerAccount,
     OutboxMessage,
     PaymentIntent,
     Settlement,
 )
 from agentpay.services.effects import EFFECTS, EffectContext
+from agentpay.services.locking import lock_intent
 from agentpay.services.results import Cause, Outcome, Refusal, Step
-from agentpay.states import INTENT, MANUAL_INTENT_EVENTS, TRANSITIONS, WALLET, Lines, step_verdict
+from agentpay.states import INTENT, MANUAL_INTENT_EVENTS, TRANSITIONS, Lines, step_verdict
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -78,24 +77,6 @@ def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect
 WALLET_READERS = frozenset({("settlement", "hold_acquired"), ("settlement", "hold_failed")})
 
 
-def _lock(intent_id: str, *, wallet_needed: bool = True
-          ) -> tuple[PaymentIntent, Settlement, Fulfillment, LedgerAccount | None]:
-    try:
-        intent = PaymentIntent.objects.select_for_update(of=("self",)).select_related("tenant").get(
-            intent_id=intent_id)
-    except PaymentIntent.DoesNotExist:
-        raise LookupError(f"no payment intent {intent_id}") from None
-    # The live settlement if there is one, else the latest (at most one is live: a constraint).
-    settlement = (Settlement.objects.select_for_update(of=("self",)).select_related("hold").filter(intent=intent)
-                  .order_by("-pk").first())
-    fulfillment = Fulfillment.objects.select_for_update().get(intent=intent)
-    wallet = None
-    if intent.rail == WALLET and wallet_needed:
-        wallet = (LedgerAccount.objects.select_for_update()
-                  .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
-    return intent, settlement, fulfillment, wallet
-
-
 def lines_of(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfillment) -> Lines:
     return Lines(rail=intent.rail, intent=intent.state, settlement=settlement.state, fulfillment=fulfillment.state)
 
@@ -117,8 +98,8 @@ def _check_person(step: Step, cause: Cause) -> None:
 
 def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_generation: int | None,
                    now: datetime) -> Outcome:
-    intent, settlement, fulfillment, wallet = _lock(
-        intent_id, wallet_needed=any((step.line, step.event) in WALLET_READERS for step in steps))
+    intent, settlement, fulfillment, wallet = lock_intent(
+        intent_id, wallet=any((step.line, step.event) in WALLET_READERS for step in steps))
     generation = intent.generation
     if expect_generation is not None and expect_generation != generation:
         raise Refusal("STALE_GENERATION", f"expected generation {expect_generation}, found {generation}", steps[0])

@@ -3,8 +3,10 @@ capture / release / keep held.
 
 `intent_drive_wallet` looks at the lines as they are and takes the next step, so the same code
 starts a fresh intent and resumes one whose request crashed before the upstream was called.
-Each step is one acceptance (one transaction); the upstream call runs between them, after
-`dispatch` committed, never inside a transaction. Once dispatched, a call is never sent again:
+Authorize and hold are one acceptance (one transaction: the steps are accepted together or not
+at all, each checked against the tables after the one before it), dispatch a second, the
+upstream's answer with its capture or release a third; the upstream call runs after `dispatch`
+committed, never inside a transaction. Once dispatched, a call is never sent again:
 an unknown outcome is resolved only by the status query (`agentpay.services.recovery`).
 """
 
@@ -13,8 +15,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Q, Value
+
 from agentpay.bridge import ApiAccess, trusted_now
-from agentpay.models import AccountKind, Fulfillment, LedgerAccount, PaymentIntent, Tenant, TenantStatus
+from agentpay.models import AccountKind, Fulfillment, PaymentIntent, Tenant, TenantStatus
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.results import Cause, Outcome, Step
 from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, Lines
@@ -37,12 +42,14 @@ POLICY_REFUSALS = {"currency_mismatch": "CURRENCY_MISMATCH", "no_wallet": "NO_WA
 
 def _policy_refusal(intent: PaymentIntent, access: ApiAccess) -> tuple[str, str]:
     """(reason, detail) of a policy refusal at authorization; ('', '') when the call may go on."""
-    if Tenant.objects.filter(pk=intent.tenant_id, status=TenantStatus.FROZEN).exists():
+    # One read: the tenant's status and its wallets' currencies.
+    wallets = ArrayAgg("accounts__currency", filter=Q(accounts__kind=AccountKind.WALLET), default=Value([]))
+    status, currencies = (Tenant.objects.filter(pk=intent.tenant_id).annotate(currencies=wallets)
+                          .values_list("status", "currencies").get())
+    if status == TenantStatus.FROZEN:
         return "tenant_frozen", "the tenant is frozen"
     if not access.allowed:
         return "entitlement_denies_api_tokens", access.detail
-    currencies = set(LedgerAccount.objects.filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id)
-                     .values_list("currency", flat=True))
     if not currencies:
         return "no_wallet", "the tenant has no wallet; one is made when the tenant is set up (tenant_create)"
     if intent.currency not in currencies:
@@ -68,8 +75,7 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
     """`just_opened`: `intent` is the one `intent_open` inserted in this request (its lines are
     the initial ones and its fulfillment is cached on it), so nothing is read back."""
     last: Outcome | None = None
-    # The lines as they are once (a resumed intent may be anywhere); after that, as the last
-    # acceptance left them: it committed them under its locks, so reading them back adds nothing.
+    # The lines as they are (a resumed intent may be anywhere).
     if just_opened:
         fulfillment = intent.fulfillment
         lines = Lines(rail=intent.rail, intent=INITIAL[INTENT], settlement=INITIAL[SETTLEMENT],
@@ -80,32 +86,42 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
         fulfillment = Fulfillment.objects.only("fulfillment_id", "state").get(intent=intent)
         lines = Lines(rail=intent.rail, intent=intent.state, settlement=settlement.state,
                       fulfillment=fulfillment.state)
-    while True:
-        if last is not None:
-            lines = last.lines
-        if lines.intent == "created":
-            reason, why = _policy_refusal(intent, access)
-            if reason:
-                last = _accept(intent, cause, Step("intent", "policy_denied", {"reason": reason, "detail": why}))
-                return Driven(last, refusal=POLICY_REFUSALS.get(reason, "POLICY_DENIED"), detail=why)
-            last = _accept(intent, cause, Step("intent", "payload_verified", {"api_key": "verified"}))
-        elif lines.intent == "authorized" and lines.settlement == "not_started":
-            last = _accept(intent, cause, Step("settlement", "hold_acquired", {"amount": intent.amount}))
-            if not last.accepted and last.refusal_code in HOLD_REFUSALS:
-                # seed §1: too little balance is a 402, never a fallback to the chain.
-                reason = HOLD_REFUSALS[last.refusal_code]
-                failed = _accept(intent, cause, Step("settlement", "hold_failed", {"reason": reason,
-                                                                                   "detail": last.detail}),
-                                 Step("intent", "settlement_failed"))
-                return Driven(failed, refusal=last.refusal_code, detail=last.detail)
-        elif lines.intent == "authorized" and lines.settlement == "held" and lines.fulfillment == "not_started":
-            last = _accept(intent, cause, Step("fulfillment", "dispatch"))
-            if last.accepted:
-                return _forward_and_settle(intent, cause, fulfillment.fulfillment_id, request_id)
-        else:
-            return Driven(last)
-        if last is not None and not last.accepted:
+    if lines.intent == "created":
+        reason, why = _policy_refusal(intent, access)
+        if reason:
+            last = _accept(intent, cause, Step("intent", "policy_denied", {"reason": reason, "detail": why}))
+            return Driven(last, refusal=POLICY_REFUSALS.get(reason, "POLICY_DENIED"), detail=why)
+    steps = _steps_to_hold(lines, intent)
+    if steps:
+        last = _accept(intent, cause, *steps)
+        if not last.accepted and last.refusal_code in HOLD_REFUSALS:
+            # seed §1: too little balance is a 402, never a fallback to the chain.
+            reason = HOLD_REFUSALS[last.refusal_code]
+            authorize = [step for step in steps if step.line == INTENT]
+            failed = _accept(intent, cause, *authorize,
+                             Step("settlement", "hold_failed", {"reason": reason, "detail": last.detail}),
+                             Step("intent", "settlement_failed"))
+            return Driven(failed, refusal=last.refusal_code, detail=last.detail)
+        if not last.accepted:
             return Driven(last, refusal=last.refusal_code, detail=last.detail)
+        lines = last.lines
+    if not (lines.intent == "authorized" and lines.settlement == "held" and lines.fulfillment == "not_started"):
+        return Driven(last)
+    # Its own acceptance, committed before the upstream is called: a request that dies between the
+    # hold and here leaves a hold never dispatched, which expires (wallet-ledger-spec §5.5).
+    last = _accept(intent, cause, Step("fulfillment", "dispatch"))
+    if not last.accepted:
+        return Driven(last, refusal=last.refusal_code, detail=last.detail)
+    return _forward_and_settle(intent, cause, fulfillment.fulfillment_id, request_id)
+
+
+def _steps_to_hold(lines: Lines, intent: PaymentIntent) -> list[Step]:
+    """What is left of authorize → hold, asked as one acceptance (all or none): [] when the
+    intent is past its hold or is not the wallet flow's to drive."""
+    if lines.intent not in ("created", "authorized") or lines.settlement != "not_started":
+        return []
+    verify = [Step("intent", "payload_verified", {"api_key": "verified"})] if lines.intent == "created" else []
+    return [*verify, Step("settlement", "hold_acquired", {"amount": intent.amount})]
 
 
 def _forward_and_settle(intent: PaymentIntent, cause: Cause, fulfillment_id: str, request_id: uuid.UUID) -> Driven:

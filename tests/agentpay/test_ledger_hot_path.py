@@ -82,8 +82,10 @@ def test_a_paid_call_locks_the_wallet_only_to_hold_and_never_writes_a_system_acc
     with CaptureQueriesContext(connection) as captured:
         assert call("ok", key="measured").status_code == 200
     sql = [q["sql"] for q in captured.captured_queries]
-    wallet_locks = [s for s in sql if s.startswith('SELECT "agentpay_ledgeraccount"') and "FOR UPDATE" in s]
-    assert len(wallet_locks) == 1  # hold_acquired's; not payload_verified's, dispatch's or the capture's
+    locks = [s for s in sql if "FOR UPDATE" in s]
+    wallet_locks = [s for s in locks if s.endswith("FOR UPDATE OF i, s, f, w")]
+    assert len(wallet_locks) == 1  # the hold's acceptance; not the capture's
+    assert len(locks) == 3  # one lock statement per acceptance: authorize + hold, dispatch, the answer
     assert not [s for s in sql if s.startswith('INSERT INTO "agentpay_ledgeraccount"')]
     account_reads = [s for s in sql if s.startswith('SELECT "agentpay_ledgeraccount"."id"') and "FOR UPDATE" not in s]
     assert not account_reads  # no system account looked up

@@ -10,6 +10,8 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from x402.http.utils import decode_payment_required_header, decode_payment_response_header
 
 from agentpay.api import onchain as gateway_onchain
@@ -213,3 +215,13 @@ def test_the_published_schema_names_the_x402_header_and_the_202(client):
     call_op = schema["paths"]["/agentpay/v1/routes/{route}/{subpath}"]["post"]
     assert "PAYMENT-SIGNATURE" in {p["name"] for p in call_op["parameters"]}
     assert {"202", "402", "503"} <= set(call_op["responses"]) and "501" not in call_op["responses"]
+
+
+def test_a_402_for_a_fresh_key_does_not_read_back_the_intent_it_just_opened(call, chain_routes, network):
+    assert call("paid", "k-warm").status_code == 402
+    with CaptureQueriesContext(connection) as captured:
+        assert call("paid", "k-fresh").status_code == 402
+    sql = [q["sql"] for q in captured.captured_queries]
+    intent_reads = [s for s in sql if s.startswith('SELECT "agentpay_paymentintent"')]
+    assert not intent_reads, intent_reads  # the lock reads it, once
+    assert len([s for s in sql if "FOR UPDATE" in s]) == 1
