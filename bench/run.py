@@ -268,8 +268,10 @@ def phase_restore(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]:
     connections.close_all()
     redis.reset()
     gunicorn, url = start_gunicorn(database, redis.url, api_base=api_base)
-    say("restore", f"starting celery worker (prefork, concurrency {args.celery_concurrency}) on {redis.url}")
-    worker = start_celery(database, redis.url, api_base, args.celery_concurrency)
+    # The restore phase keeps its figures comparable with earlier runs (prefork) unless told otherwise.
+    pool = os.environ.get("BENCH_CELERY_POOL", "prefork")
+    say("restore", f"starting celery worker ({pool}, concurrency {args.celery_concurrency}) on {redis.url}")
+    worker = start_celery(database, redis.url, api_base, args.celery_concurrency, pool=pool)
     sub_of = {r["invoice"]: pk for r, pk in zip(rows, seeded["subscription_pks"], strict=True)}
     items = [(r["invoice"], r["event"].encode()) for r in rows]
     say("restore", f"burst of {n} invoice.paid deliveries for subscriptions in grace")
