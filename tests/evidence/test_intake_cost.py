@@ -95,7 +95,7 @@ def test_the_direct_push_sends_what_celery_sends():
         ours, celerys = (json.loads(client.rpop(queue)) for _ in range(2))
         assert client.llen(queue) == 0
     finally:
-        client.delete(queue, *client.keys(f"_kombu.binding.{queue}*"))
+        client.delete(queue, *client.keys(f"_kombu.binding*.{queue}"))
     for message in (ours, celerys):
         headers, properties = message["headers"], message["properties"]
         task_id = headers.pop("id")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import kombu.pools
+
 from config.celery import app as celery_app
 
 
@@ -20,5 +22,8 @@ def tasks_through(broker_url: str) -> Iterator[None]:
     finally:
         with contextlib.suppress(Exception):
             celery_app.pool.force_close_all()
+        # kombu keeps producer pools per connection in a registry of its own; a closed one found
+        # there again makes the next switch fail with "Acquire on closed pool".
+        kombu.pools.reset()
         celery_app._pool = celery_app.amqp._producer_pool = None
         conf.task_always_eager, conf.broker_url = saved
