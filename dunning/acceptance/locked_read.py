@@ -28,11 +28,11 @@ from functools import cache
 from typing import Any
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import Model, Subquery
 
 from dunning.acceptance.aggregate import CycleView
 from dunning.models import DunningCycle, DunningPolicy
-from dunning.policy.cache import policy_spec
+from dunning.policy.cache import policy_spec, spec_only_policy
 from dunning.policy.rollout import Stage, stage_from_row
 from dunning.states import DELINQUENT_STATES
 from subscriptions.models import Invoice, Subscription
@@ -115,13 +115,17 @@ def _policy(pk: int, digest: str) -> DunningPolicy:
 class LockedRead:
     subscription: Subscription
     cycle: DunningCycle  # with its invoice, policy and subscription attached
-    others: tuple[CycleView, ...]  # the subscription's other delinquent cycles, as stored
-    stage: Stage  # the subscription's rollout stage (what `effective_stage` reads)
+    # The subscription's other delinquent cycles as stored, and its rollout stage (what
+    # `effective_stage` reads); None where settlement reads them itself (the ORM path).
+    others: tuple[CycleView, ...] | None
+    stage: Stage | None
 
 
 def lock_and_read(cycle_pk: int) -> LockedRead:
     """Inside the acceptance transaction: lock, then read what the decision needs. Raises
     DunningCycle.DoesNotExist when there is no such cycle."""
+    if connection.vendor != "postgresql":
+        return _orm_lock_and_read(cycle_pk)
     params = {"cycle": cycle_pk, "delinquent": DELINQUENT}
     # Errors surface at the fetch, outside Django's cursor: wrapped so a deadlock is still the
     # OperationalError `retry_on_deadlock` knows. The cursors open the connection before the pipeline.
@@ -154,3 +158,18 @@ def lock_and_read(cycle_pk: int) -> LockedRead:
     stage_row = first[11:15] if first[11] is not None else None
     return LockedRead(subscription=subscription, cycle=cycle, others=tuple(others),
                       stage=stage_from_row(spec, subscription.cohort, stage_row))
+
+
+def _orm_lock_and_read(cycle_pk: int) -> LockedRead:
+    """The same locks through the ORM, for the embedded SQLite demo (one writer; no FOR UPDATE OF,
+    no LATERAL, no pipeline): the subscription first, then the cycle with its invoice."""
+    owner = DunningCycle.objects.filter(pk=cycle_pk).values("subscription_id")[:1]
+    try:
+        subscription = (Subscription.objects.select_for_update(of=("self",)).select_related("policy")
+                        .defer(*spec_only_policy("policy")).get(pk=Subquery(owner)))
+    except Subscription.DoesNotExist:
+        raise DunningCycle.DoesNotExist(f"no dunning cycle {cycle_pk}") from None
+    cycle = (DunningCycle.objects.select_for_update(of=("self", "invoice")).select_related("invoice", "policy")
+             .defer(*spec_only_policy("policy")).get(pk=cycle_pk))
+    cycle.subscription = subscription
+    return LockedRead(subscription=subscription, cycle=cycle, others=None, stage=None)

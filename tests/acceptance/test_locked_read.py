@@ -130,3 +130,24 @@ def test_other_cycles_are_read_after_the_subscription_lock_is_held():
     assert TransitionReceipt.objects.get(pk=result.receipt_id).root_after == only_b
     sub = Subscription.objects.get(pk=sub.pk)
     assert sub.outstanding_cycle_root == only_b == compute_aggregate(sub, None)[0]
+
+
+def test_the_orm_path_for_the_embedded_database_reads_the_same_rows(two_in_grace, monkeypatch):
+    """SQLite (the demo) has no FOR UPDATE OF, LATERAL or pipeline: lock_and_read takes the ORM's
+    reads there and leaves the other cycles and the stage to settlement."""
+    sub, cycle, _ = two_in_grace
+    with transaction.atomic():
+        sql = lock_and_read(cycle.pk)
+    monkeypatch.setattr(connections["default"], "vendor", "sqlite")
+    with transaction.atomic():
+        orm = lock_and_read(cycle.pk)
+    monkeypatch.undo()
+    assert orm.others is None and orm.stage is None
+    assert [getattr(orm.cycle, f.attname) for f in DunningCycle._meta.concrete_fields] == [
+        getattr(sql.cycle, f.attname) for f in DunningCycle._meta.concrete_fields]
+    assert orm.cycle.invoice.revision == sql.cycle.invoice.revision
+    assert orm.subscription.pk == sub.pk and orm.cycle.subscription is orm.subscription
+    with monkeypatch.context() as patched, pytest.raises(DunningCycle.DoesNotExist):
+        patched.setattr(connections["default"], "vendor", "sqlite")
+        with transaction.atomic():
+            lock_and_read(cycle.pk + 10_000)
