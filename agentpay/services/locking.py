@@ -87,6 +87,8 @@ def _hold_of(settlement: Settlement, hold: Transfer | None) -> Transfer | None:
 def lock_intent(intent_id: str, *, wallet: bool) -> Locked:
     """Lock and load one intent's rows; when `wallet`, also the tenant's wallet in the intent's
     currency if the intent is on the wallet rail. LookupError when there is no such intent."""
+    if connection.vendor != "postgresql":
+        return _lock_intent_orm(intent_id, wallet=wallet)
     row = None
     if wallet:
         sql, aliases = _WITH_WALLET
@@ -114,6 +116,23 @@ def lock_intent(intent_id: str, *, wallet: bool) -> Locked:
     Fulfillment.intent.field.set_cached_value(fulfillment, intent)
     account = loaded.get("w")
     if wallet and account is None and intent.rail == WALLET:  # none yet, or one made while we waited
+        account = (LedgerAccount.objects.select_for_update()
+                   .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
+    return intent, settlement, fulfillment, account
+
+
+def _lock_intent_orm(intent_id: str, *, wallet: bool) -> Locked:
+    """The same rows in the same order through the ORM, one statement each, for the embedded SQLite
+    demo (no FOR UPDATE OF there; one writer at a time anyway)."""
+    try:
+        intent = PaymentIntent.objects.select_for_update(of=("self",)).select_related("tenant").get(intent_id=intent_id)
+    except PaymentIntent.DoesNotExist:
+        raise LookupError(f"no payment intent {intent_id}") from None
+    settlement = (Settlement.objects.select_for_update(of=("self",)).select_related("hold").filter(intent=intent)
+                  .order_by("-pk").first())
+    fulfillment = Fulfillment.objects.select_for_update().get(intent=intent)
+    account = None
+    if wallet and intent.rail == WALLET:
         account = (LedgerAccount.objects.select_for_update()
                    .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
     return intent, settlement, fulfillment, account

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 
@@ -257,6 +257,8 @@ def _insert_new_event(row: ProviderEvent, raw: WebhookDelivery) -> int | None:
     The columns and values are the models' own (`_insert_values`), as Django's INSERT would send
     them; an INSERT ... SELECT gives the literals the target columns' types."""
     db = connections[DEFAULT_DB_ALIAS]  # the connection itself: each use of the proxy is a thread-local lookup
+    if db.vendor != "postgresql":
+        return _insert_new_event_orm(row, raw)
     event_columns, event_values = _insert_values(db, row)
     raw_columns, raw_values = _insert_values(db, raw, but="event")
     qn = db.ops.quote_name
@@ -274,6 +276,19 @@ def _insert_new_event(row: ProviderEvent, raw: WebhookDelivery) -> int | None:
         cursor.execute(sql, event_values + raw_values)
         found = cursor.fetchone()
     return None if found is None else found[0]
+
+
+def _insert_new_event_orm(row: ProviderEvent, raw: WebhookDelivery) -> int | None:
+    """The same two inserts through the ORM, for the embedded SQLite demo (no INSERT in a CTE there)."""
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        except IntegrityError:
+            return None
+        raw.event = row
+        raw.save(force_insert=True)
+    return row.pk
 
 
 def _insert_values(db: BaseDatabaseWrapper, obj: Model, but: str = "") -> tuple[list[str], list[Any]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agentpay.bridge import ApiAccess, trusted_now
@@ -151,3 +151,21 @@ def test_a_relayed_answer_reads_nothing_back(funded, routes, call):
     assert not [s for s in after if s.startswith("SELECT")]  # no composite view read for a relayed answer
     # request log 2, key, route, open 6, policy 1, the three acceptances 30, the lease 1 (was 60)
     assert len(sql) <= 42, "\n".join(s[:100] for s in sql)
+
+
+def test_the_embedded_database_locks_the_same_rows_through_the_orm(funded, routes, monkeypatch):
+    """SQLite (the demo) has no FOR UPDATE OF: lock_intent reads the same rows one statement each."""
+    intent = _open(funded, routes["ok"])
+    assert intent_accept(intent_id=intent.intent_id, steps=[Step("intent", "payload_verified"),
+                                                             Step("settlement", "hold_acquired")],
+                         cause=Cause.system("test")).accepted
+    with transaction.atomic():
+        one_statement = lock_intent(intent.intent_id, wallet=True)
+    monkeypatch.setattr(connections["default"], "vendor", "sqlite")
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        orm = lock_intent(intent.intent_id, wallet=True)
+    assert len(captured.captured_queries) == 4  # intent, settlement with its hold, fulfillment, wallet
+    with transaction.atomic(), pytest.raises(LookupError):
+        lock_intent("pi_missing", wallet=True)
+    assert [(row.pk, type(row)) for row in orm] == [(row.pk, type(row)) for row in one_statement]
+    assert orm[1].hold.pk == one_statement[1].hold.pk and orm[0].tenant.pk == funded.pk

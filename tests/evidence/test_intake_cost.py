@@ -13,8 +13,9 @@ import uuid
 
 import pytest
 import redis
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from dunning.handoff import redis_push
 from dunning.models import EventOutcome, ProviderEvent, WebhookDelivery
@@ -111,3 +112,19 @@ def test_eager_mode_and_other_brokers_go_through_delay():
     assert redis_push(process_provider_event) is None  # the suite runs tasks in process
     with tasks_through("memory://"):
         assert redis_push(process_provider_event) is None
+
+
+def test_the_embedded_database_writes_the_event_and_its_request_through_the_orm(db, monkeypatch):
+    """SQLite (the demo) cannot INSERT inside a CTE: the same two rows are written by the ORM, and a
+    redelivery is still one event with two kept requests."""
+    monkeypatch.setattr(connections["default"], "vendor", "sqlite")
+    body = event_body("evt_embedded", "invoice.paid")
+    with CaptureQueriesContext(connection) as captured:
+        first = deliver(body)
+    assert sum(q["sql"].startswith("INSERT") for q in captured.captured_queries) == 2  # no CTE: two inserts
+    again = deliver(body)
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert again.json()["duplicate"] is True
+    event = ProviderEvent.objects.get(event_id="evt_embedded")
+    assert list(WebhookDelivery.objects.filter(claimed_event_id="evt_embedded").values_list("event_id", flat=True)) \
+        == [event.pk, event.pk]
