@@ -88,10 +88,12 @@ _PUSHES: dict[tuple[str, str], RedisPush | None] = {}
 
 def redis_push(task: Any) -> RedisPush | None:
     """The direct push for `task`, or None when `delay` must send it (eager mode, a broker other
-    than plain Redis, options that would change where or how kombu writes the message)."""
-    conf = task.app.conf
-    if conf.task_always_eager:
-        return None
+    than plain Redis, options that would change where or how kombu writes the message, or no
+    Celery app behind it)."""
+    app = getattr(task, "app", None)
+    if app is None or app.conf.task_always_eager:
+        return None  # not a Celery task (a stand-in with its own delay), or one run in process
+    conf = app.conf
     key = (str(conf.broker_url), task.name)
     if key not in _PUSHES:
         _PUSHES[key] = _direct_push(task)
