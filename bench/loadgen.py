@@ -3,7 +3,11 @@
 `open_loop`: a fixed offered rate. Request i is due at start + i/rate whatever happened to the
 earlier ones (no coordinated omission); its latency is measured both from its due time (what a
 sender at that rate sees, queueing in the client included) and from the moment it was sent.
-Each result is (seconds from due, seconds from send, status, index, due time as a Unix epoch).
+Each result is (seconds from due, seconds from send, status, index, due time as a Unix epoch). The
+bodies are signed before the timed window, each with its due time as the signature's timestamp (what
+a sender signing at that moment would send), so the loop itself only sends; the client's own CPU time
+and how late it sent (its event loop's lag) come back with the results, to tell a slow server from a
+slow client.
 `burst`: every delivery at once, `concurrency` in flight; returns each one's wall-clock send time.
 """
 
@@ -32,8 +36,8 @@ def synthetic_event(event_id: str, invoice_id: str, account: str) -> bytes:
     }).encode()
 
 
-async def _post(session: Any, url: str, body: bytes, secret: str) -> int:
-    headers = {"Content-Type": "application/json", "Stripe-Signature": sign(body, secret)}
+async def _post(session: Any, url: str, body: bytes, secret: str, signature: str = "") -> int:
+    headers = {"Content-Type": "application/json", "Stripe-Signature": signature or sign(body, secret)}
     async with session.post(url, data=body, headers=headers) as response:
         await response.read()
         return response.status
@@ -49,15 +53,19 @@ def open_loop(url: str, bodies: list[bytes], rate: float, secret: str,
         timeout = aiohttp.ClientTimeout(total=30)
         results: list[tuple[float, float, int, int, float]] = []
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            start = loop.time() + 0.2
+            # Due times start 0.2 s from now plus the time signing takes (a few µs a body).
+            start_epoch = time.time() + 0.2 + 2e-5 * len(bodies)
+            signatures = [sign(body, secret, int(start_epoch + i / rate)) for i, body in enumerate(bodies)]
+            start = loop.time() + (start_epoch - time.time())
             to_epoch = time.time() - loop.time()  # each due time on the wall clock the database stamps with
+            cpu_before = time.process_time()
 
             async def one(i: int, body: bytes) -> None:
                 due = start + i / rate
                 await asyncio.sleep(max(0.0, due - loop.time()))
                 sent = loop.time()
                 try:
-                    status = await _post(session, url, body, secret)
+                    status = await _post(session, url, body, secret, signatures[i])
                 except Exception:  # noqa: BLE001 - a failed request is counted, not raised
                     status = 0
                 done = loop.time()
@@ -67,7 +75,10 @@ def open_loop(url: str, bodies: list[bytes], rate: float, secret: str,
 
             await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
             wall = loop.time() - start
-        return {"results": results, "wall": wall}
+            cpu = time.process_time() - cpu_before
+        late = sorted(r[0] - r[1] for r in results)
+        return {"results": results, "wall": wall, "client_cpu_seconds": cpu,
+                "client_late_p99_ms": 1000 * late[int(0.99 * (len(late) - 1))] if late else 0.0}
 
     out = asyncio.run(go())
     return out

@@ -42,6 +42,7 @@ from bench.services import (
     LOG_DIR,
     OUT_DIR,
     TEMPLATE,
+    WEBHOOK_GUNICORN_THREADS,
     RedisDb,
     fake_rows,
     fresh_db,
@@ -187,12 +188,14 @@ def webhook_run(args: argparse.Namespace, redis: RedisDb, database: str, *, per_
 
     label = "webhook+conn-per-request" if per_request else "webhook"
     redis.reset()
-    proc, url = start_gunicorn(database, redis.url, per_request_connections=per_request)
+    proc, url = start_gunicorn(database, redis.url, per_request_connections=per_request,
+                               threads=WEBHOOK_GUNICORN_THREADS)
     tag = f"{int(time.time() * 1000)}"
     warm = [synthetic_event(f"evt_warm{tag}_{i}", f"in_w{i}", ACCOUNT) for i in range(int(args.rate))]
     n = int(args.rate * args.webhook_seconds)
     bodies = [synthetic_event(f"evt_bench{tag}_{i}", f"in_b{i}", ACCOUNT) for i in range(n)]
-    say(label, f"gunicorn (2 sync workers{', DB_CONN_MAX_AGE=0' if per_request else ''}) at {url}; "
+    variant = ", DB_CONN_MAX_AGE=0" if per_request else ""
+    say(label, f"gunicorn (2 workers × {WEBHOOK_GUNICORN_THREADS} threads{variant}) at {url}; "
                f"warm-up 1 s at {args.rate:.0f}/s")
     try:
         open_loop(url, warm, args.rate, SECRET)
@@ -212,10 +215,14 @@ def webhook_run(args: argparse.Namespace, redis: RedisDb, database: str, *, per_
         "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"] if out["wall"] else 0.0,
         "p50_ms": percentile(from_due, 50), "p99_ms": percentile(from_due, 99), "max_ms": max(from_due),
         "p50_ms_from_send": percentile(from_send, 50), "p99_ms_from_send": percentile(from_send, 99),
-        "events_stored": stored, "tasks_on_broker": queued, "latencies_ms": [round(v, 3) for v in from_due],
+        "events_stored": stored, "tasks_on_broker": queued, "gunicorn_threads": WEBHOOK_GUNICORN_THREADS,
+        # The load generator's own share: its CPU over the window (of one core) and how late it sent.
+        "client_cpu_pct": 100 * out["client_cpu_seconds"] / out["wall"] if out["wall"] else 0.0,
+        "client_late_p99_ms": out["client_late_p99_ms"], "latencies_ms": [round(v, 3) for v in from_due],
     }
     say(label, f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, {result['achieved_per_s']:.0f}/s, "
-               f"{result['errors']} errors; {stored} events stored, {queued} tasks on the broker")
+               f"{result['errors']} errors; {stored} events stored, {queued} tasks on the broker; load generator "
+               f"{result['client_cpu_pct']:.0f} % of a CPU, sent p99 {result['client_late_p99_ms']:.1f} ms late")
     return result
 
 

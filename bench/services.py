@@ -31,6 +31,8 @@ from bench.common import (
 TEMPLATE = f"{DB_PREFIX}_template"
 OUT_DIR = ROOT / "var" / "bench"
 LOG_DIR = OUT_DIR / "logs"
+# Threads per gunicorn worker process in the webhook phase (start_gunicorn's `threads`; 1 = sync workers).
+WEBHOOK_GUNICORN_THREADS = 4
 
 
 # ---- setup -----------------------------------------------------------------------------------------
@@ -95,15 +97,21 @@ def start_simulator(count: int, *, paid: bool, tag: str, network: Sequence[str] 
     return proc, base, data["rows"]
 
 
-def start_gunicorn(database: str, redis_url: str, *, api_base: str = "", per_request_connections: bool = False
-                   ) -> tuple[subprocess.Popen, str]:
-    """gunicorn on the product's settings; ``per_request_connections`` sets DB_CONN_MAX_AGE=0
-    (a new PostgreSQL connection per request) for the informational comparison."""
+def start_gunicorn(database: str, redis_url: str, *, api_base: str = "", per_request_connections: bool = False,
+                   threads: int = 1) -> tuple[subprocess.Popen, str]:
+    """gunicorn on the product's settings, 2 worker processes; ``per_request_connections`` sets
+    DB_CONN_MAX_AGE=0 (a new PostgreSQL connection per request) for the informational comparison.
+
+    ``threads`` > 1 runs gthread workers: a delivery spends most of its time waiting for
+    PostgreSQL's commit (the WAL flush) and Redis, and a sync worker holds the request queue for
+    that whole wait, while threads let the next request be parsed and run meanwhile (concurrent
+    commits also share one flush). 1 is the sync worker. No access log (gunicorn's default)."""
     port = free_port()
     env = child_env(DATABASE_URL=db_url(database), REDIS_URL=redis_url, ALLOWED_HOSTS="127.0.0.1,localhost",
                     **({"STRIPE_API_BASE": api_base} if api_base else {}),
                     **({"DB_CONN_MAX_AGE": "0"} if per_request_connections else {}))
-    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", "--worker-class", "sync",
+    worker = ["--worker-class", "sync"] if threads <= 1 else ["--worker-class", "gthread", "--threads", str(threads)]
+    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", *worker,
             "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
     proc = CHILDREN.start("gunicorn", argv, env=env, log=LOG_DIR / "gunicorn.log")
     wait_port(port, 30, proc)
