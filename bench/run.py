@@ -251,7 +251,8 @@ def profile_webhook(args: argparse.Namespace, redis: RedisDb, database: str) -> 
     if not line:
         raise RuntimeError(f"bench.webhook_profile gave no result (exit {out.returncode}): {out.stderr[-2000:]}")
     result = json.loads(line[7:]) | {"file": str(path)}
-    say("webhook", f"{count} deliveries in one process: {result['ms_per_delivery']:.1f} ms each")
+    say("webhook", f"{count} deliveries in one process: {result['ms_per_delivery']:.1f} ms each "
+                   f"({result['cpu_ms_per_delivery']:.1f} ms CPU), {result['statements_per_delivery']:.1f} statements")
     return result
 
 
