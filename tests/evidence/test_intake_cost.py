@@ -9,8 +9,11 @@ import dataclasses
 import json
 import logging
 import os
+import select
+import time
 import uuid
 
+import psycopg
 import pytest
 import redis
 from django.db import connection, connections
@@ -128,3 +131,42 @@ def test_the_embedded_database_writes_the_event_and_its_request_through_the_orm(
     event = ProviderEvent.objects.get(event_id="evt_embedded")
     assert list(WebhookDelivery.objects.filter(claimed_event_id="evt_embedded").values_list("event_id", flat=True)) \
         == [event.pk, event.pk]
+
+
+def _reused(db_connection) -> None:
+    """The state a persistent connection is in at the start of a request (request_started's
+    close_old_connections marks it unchecked; the test client leaves that signal out)."""
+    db_connection.ensure_connection()
+    db_connection.health_check_done = False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_quiet_reused_connection_is_not_asked_select_1(monkeypatch):
+    db_connection = connections["default"]
+    _reused(db_connection)
+    asked: list[bool] = []
+    monkeypatch.setattr(db_connection, "is_usable", lambda: asked.append(True) or True)
+    assert deliver(event_body("evt_quiet", "invoice.paid")).status_code == 200
+    assert asked == [], "Django's health check (SELECT 1) was sent"
+    assert db_connection.health_check_done
+    assert ProviderEvent.objects.filter(event_id="evt_quiet").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_the_server_closed_is_replaced_before_the_delivery_is_written():
+    """The backend is terminated between two requests (as by a restart): the next delivery still
+    gets its 200 and is stored, on a new connection."""
+    db_connection = connections["default"]
+    _reused(db_connection)
+    pid = db_connection.connection.info.backend_pid
+    settings_dict = db_connection.get_connection_params()
+    with psycopg.connect(**settings_dict, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    deadline = time.monotonic() + 5
+    socket = db_connection.connection.pgconn.socket
+    while not select.select([socket], [], [], 0.05)[0] and time.monotonic() < deadline:
+        pass  # the server's FATAL notice is on its way
+    response = deliver(event_body("evt_after_restart", "invoice.paid"))
+    assert response.status_code == 200
+    assert db_connection.connection.info.backend_pid != pid
+    assert WebhookDelivery.objects.filter(claimed_event_id="evt_after_restart", http_status=200).exists()
