@@ -52,7 +52,10 @@ if (BASE_DIR / "tests" / "verification" / "apps.py").is_file():
     INSTALLED_APPS.append("tests.verification")
 
 MIDDLEWARE = [
-    # First: every AgentPay request is recorded with its request_id before anything may refuse it.
+    # First: the provider webhook (/webhooks/<provider>/) goes straight to its view; it needs none of
+    # what follows (dunning/web/webhooks.py). Every other request passes on through the whole chain.
+    "dunning.web.webhooks.WebhookRoute",
+    # Then: every AgentPay request is recorded with its request_id before anything may refuse it.
     "agentpay.api.request_log.GatewayRequestLog",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
