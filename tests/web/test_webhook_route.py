@@ -78,3 +78,15 @@ def test_the_admin_keeps_the_whole_chain(db):
     assert page.status_code == 200 and page.wsgi_request.user.is_staff
     refused = staff.post("/admin/logout/")  # no CSRF token: the CSRF middleware still refuses it
     assert refused.status_code == 403
+
+
+urlpatterns: list = []  # a URLconf without the webhook, for the test below
+
+
+def test_the_route_follows_the_urlconf_it_is_resolved_in(db, settings):
+    body = event_body("evt_elsewhere", "invoice.paid")
+    assert post(body, stripe_signature(body, SECRET)).status_code == 200  # resolved (and cached) in config.urls
+    settings.ROOT_URLCONF = __name__
+    again = event_body("evt_nowhere", "invoice.paid")
+    assert post(again, stripe_signature(again, SECRET)).status_code == 404
+    assert not WebhookDelivery.objects.filter(claimed_event_id="evt_nowhere").exists()
