@@ -13,6 +13,7 @@ ratio to what that limit allows, taken in the same run.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ from bench.figures import (
     ratio_to_floor,
     requests_needed,
 )
-from bench.services import RedisDb, fresh_db, now, start_celery, start_gunicorn, start_simulator
+from bench.services import RedisDb, fresh_db, now, start_celery_processes, start_gunicorn, start_simulator
 from bench.sweep import run_sweep, sim_stats
 
 PHASES = ("sweep_real", "paid_sustained", "burst_real")
@@ -56,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--real-burst", type=int, default=None, help="paid deliveries sent at once (default 1000, smoke 20)")
     g.add_argument("--celery-pool", choices=("prefork", "threads"), default="threads",
                    help="Celery pool of paid_sustained and burst_real")
+    g.add_argument("--celery-processes", type=int, default=None,
+                   help="Celery worker processes of paid_sustained and burst_real, each with its own pool of "
+                        "--celery-concurrency (default: one per CPU; a thread pool runs Python on one core)")
 
 
 def finish_arguments(a: argparse.Namespace) -> None:
@@ -69,6 +73,7 @@ def finish_arguments(a: argparse.Namespace) -> None:
     # threads than cores to overlap provider waits.
     a.real_celery_concurrency = a.celery_concurrency or (16 if a.celery_pool == "threads" else 2)
     a.celery_concurrency = a.celery_concurrency or 2
+    a.celery_processes = a.celery_processes or os.cpu_count() or 1
 
 
 def network_flags(a: argparse.Namespace) -> list[str]:
@@ -187,8 +192,10 @@ def paid_world(args: argparse.Namespace, redis: RedisDb, n: int, tag: str, warm:
         redis.reset()
         gunicorn, url = start_gunicorn(database, redis.url, api_base=api_base)
         procs.append(gunicorn)
-        say(tag, f"celery worker ({args.celery_pool}, concurrency {args.real_celery_concurrency}) on {redis.url}")
-        procs.append(start_celery(database, redis.url, api_base, args.real_celery_concurrency, pool=args.celery_pool))
+        say(tag, f"{args.celery_processes} celery worker process(es) ({args.celery_pool}, concurrency "
+                 f"{args.real_celery_concurrency} each) on {redis.url}")
+        procs.extend(start_celery_processes(database, redis.url, api_base, args.real_celery_concurrency,
+                                            args.celery_pool, args.celery_processes))
         sub_of = {r["invoice"]: pk for r, pk in zip(all_rows, seeded["subscription_pks"], strict=True)}
         rows, warm_rows = all_rows[:n], all_rows[n:]
         world = PaidWorld(url=url, api_base=api_base, rows=rows, grace_generation=seeded["grace_generation"],
@@ -263,7 +270,8 @@ def phase_paid_sustained(args: argparse.Namespace, redis: RedisDb) -> dict[str, 
     result = {**_latency_figures(lat, n, len(restored)), "rate": args.paid_rate, "seconds": args.paid_seconds,
               "accepted_200": sum(1 for r in out["results"] if r[2] == 200), "p99_target_s": PAID_P99_TARGET_S,
               "celery_pool": args.celery_pool, "celery_concurrency": args.real_celery_concurrency,
-              "rate_limit": args.provider_rate_limit, "provider_reads": reads, "sim_stats": stats,
+              "celery_processes": args.celery_processes, "rate_limit": args.provider_rate_limit,
+              "provider_reads": reads, "sim_stats": stats,
               "reads_per_event": reads / len(restored) if reads is not None and restored else None,
               "rate_limited": stats.get("rate_limited_read", 0) + stats.get("rate_limited_write", 0)}
     say("paid_sustained", f"{len(restored)}/{n} restored; p50 {result['p50_s']} s, p99 {result['p99_s']} s; "
@@ -293,7 +301,8 @@ def phase_burst_real(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]
               "provider_reads": reads, "reads_per_event": per_event,
               "ceiling_per_s": ceiling_per_s(args.provider_rate_limit, per_event), "sim_stats": stats,
               "rate_limited": stats.get("rate_limited_read", 0) + stats.get("rate_limited_write", 0),
-              "celery_pool": args.celery_pool, "celery_concurrency": args.real_celery_concurrency}
+              "celery_pool": args.celery_pool, "celery_concurrency": args.real_celery_concurrency,
+              "celery_processes": args.celery_processes}
     say("burst_real", f"{len(restored)}/{n} restored in {result['drain_seconds']:.1f} s: {rate or 0:.1f}/s, "
                       f"{result['fraction_of_limit'] or 0:.0%} of the limit; {result['rate_limited']} answered 429")
     return result
@@ -327,10 +336,15 @@ def _rows_sweep(r: dict[str, Any], row: Callable, judge: Callable, smoke: bool) 
         "what the threads buy", "info")
 
 
+def _celery(r: dict[str, Any]) -> str:
+    """The workers a paid phase ran on; results written before --celery-processes had one."""
+    processes = r.get("celery_processes", 1)
+    return f"celery {r['celery_pool']} x {r['celery_concurrency']}, {processes} process{'es' if processes > 1 else ''}"
+
+
 def _rows_sustained(r: dict[str, Any], row: Callable, judge: Callable, smoke: bool) -> None:
     p99 = r["p99_s"]
-    row(f"paid->FULL p99, {r['rate']:g}/s for {r['seconds']:g} s (celery {r['celery_pool']} x "
-        f"{r['celery_concurrency']})",
+    row(f"paid->FULL p99, {r['rate']:g}/s for {r['seconds']:g} s ({_celery(r)})",
         (f"{p99:.2f} s" if p99 is not None else "incomplete") + f" (p50 {r['p50_s'] or 0:.2f} s, "
         f"{r['restored']}/{r['deliveries']} restored, {r['deliveries'] - r['accepted_200']} deliveries not answered "
         f"200 (client timeout 30 s, or an error), {r['rate_limited']} answered 429)",
@@ -343,7 +357,7 @@ def _rows_sustained(r: dict[str, Any], row: Callable, judge: Callable, smoke: bo
 def _rows_burst(r: dict[str, Any], row: Callable, judge: Callable, smoke: bool) -> None:
     frac = r["fraction_of_limit"]
     per = r.get("reads_per_event")
-    row(f"burst_real {r['deliveries']} drain rate (celery {r['celery_pool']} x {r['celery_concurrency']})",
+    row(f"burst_real {r['deliveries']} drain rate ({_celery(r)})",
         f"{r['drain_per_s'] or 0:.1f}/s = {frac or 0:.0%} of the {r['rate_limit']:g}/s limit "
         f"({r['restored']}/{r['deliveries']} restored in {r['drain_seconds']:.1f} s, {r['rate_limited']} answered 429, "
         f"{r['deliveries'] - r['accepted_200']} not answered 200)",

@@ -118,16 +118,17 @@ def start_gunicorn(database: str, redis_url: str, *, api_base: str = "", per_req
     return proc, f"http://127.0.0.1:{port}/webhooks/stripe/"
 
 
-def start_celery(database: str, redis_url: str, api_base: str, concurrency: int, pool: str = "prefork"
-                 ) -> subprocess.Popen:
-    """A real worker on the broker; ``pool`` prefork (processes) or threads (one process, provider waits overlap)."""
-    log = LOG_DIR / "celery.log"
+def start_celery(database: str, redis_url: str, api_base: str, concurrency: int, pool: str = "prefork",
+                 index: int = 0) -> subprocess.Popen:
+    """A real worker on the broker; ``pool`` prefork (processes) or threads (one process, provider waits overlap).
+    ``index`` tells the workers of one phase apart: their own node name and log (celery.log, celery-1.log, …)."""
+    log = LOG_DIR / ("celery.log" if index == 0 else f"celery-{index}.log")
     log.write_text("")
     env = child_env(DATABASE_URL=db_url(database), REDIS_URL=redis_url, STRIPE_API_BASE=api_base)
     argv = [str(VENV_BIN / "celery"), "-A", "config", "worker", "-P", pool, "-c", str(concurrency),
             "-l", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-n", f"bench{os.getpid()}@%h"]
-    proc = CHILDREN.start("celery", argv, env=env, log=log)
+            "-n", f"bench{os.getpid()}-{index}@%h"]
+    proc = CHILDREN.start("celery" if index == 0 else f"celery-{index}", argv, env=env, log=log)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -136,6 +137,13 @@ def start_celery(database: str, redis_url: str, api_base: str, concurrency: int,
             return proc
         time.sleep(0.2)
     raise RuntimeError(f"celery worker not ready after 60 s; see {log}")
+
+
+def start_celery_processes(database: str, redis_url: str, api_base: str, concurrency: int, pool: str,
+                           processes: int) -> list[subprocess.Popen]:
+    """``processes`` workers on the same queue, each with its own pool of ``concurrency``: a thread
+    pool runs Python on one core (the GIL), so a second core needs a second process."""
+    return [start_celery(database, redis_url, api_base, concurrency, pool=pool, index=i) for i in range(processes)]
 
 
 class RedisDb:

@@ -90,8 +90,9 @@ class _Loader:
 
 
 @cache
-def _loader(model: type[Model], alias: str) -> _Loader:
-    fields = model._meta.concrete_fields
+def row_loader(model: type[Model], alias: str, but: tuple[str, ...] = ()) -> _Loader:
+    """Columns and converters of `model` as `alias` in a hand-written read; `but`: fields left deferred."""
+    fields = [f for f in model._meta.concrete_fields if f.attname not in but]
     converters = []
     for index, field in enumerate(fields):
         column = field.get_col(alias)
@@ -102,8 +103,8 @@ def _loader(model: type[Model], alias: str) -> _Loader:
 
 @cache
 def _lock_sql() -> str:
-    return LOCK_SQL.format(subscription=_loader(Subscription, "s").columns, cycle=_loader(DunningCycle, "c").columns,
-                           invoice=_loader(Invoice, "i").columns)
+    return LOCK_SQL.format(subscription=row_loader(Subscription, "s").columns,
+                           cycle=row_loader(DunningCycle, "c").columns, invoice=row_loader(Invoice, "i").columns)
 
 
 def _policy(pk: int, digest: str) -> DunningPolicy:
@@ -137,10 +138,10 @@ def lock_and_read(cycle_pk: int) -> LockedRead:
         rows = decide.fetchall()
     if locked is None:
         raise DunningCycle.DoesNotExist(f"no dunning cycle {cycle_pk}")
-    n_sub, n_cycle = len(_loader(Subscription, "s").attnames), len(_loader(DunningCycle, "c").attnames)
-    subscription = _loader(Subscription, "s").load(locked[:n_sub])
-    cycle = _loader(DunningCycle, "c").load(locked[n_sub:n_sub + n_cycle])
-    cycle.invoice = _loader(Invoice, "i").load(locked[n_sub + n_cycle:])
+    n_sub, n_cycle = len(row_loader(Subscription, "s").attnames), len(row_loader(DunningCycle, "c").attnames)
+    subscription = row_loader(Subscription, "s").load(locked[:n_sub])
+    cycle = row_loader(DunningCycle, "c").load(locked[n_sub:n_sub + n_cycle])
+    cycle.invoice = row_loader(Invoice, "i").load(locked[n_sub + n_cycle:])
     cycle.subscription = subscription
     first = rows[0]
     subscription.policy = _policy(subscription.policy_id, first[10])

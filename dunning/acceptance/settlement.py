@@ -10,11 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from simple_history.utils import bulk_create_with_history
-
 from dunning.acceptance.aggregate import CycleView, Decision, aggregate_decision, outstanding_root
 from dunning.acceptance.contract import ContractView, contract_phase, contract_says
 from dunning.acceptance.inputs import Cause, Evidence, Expect
+from dunning.acceptance.settlement_writes import SettlementWrites, settlement_write
 from dunning.clock import trusted_now
 from dunning.models import ENTITLEMENT_CHANGED_TOPIC, DunningCycle, OutboxMessage, TransitionReceipt
 from dunning.policy.cache import policy_spec
@@ -119,14 +118,13 @@ def settle_subscription(*, subscription: Subscription, changed_cycle: DunningCyc
     stage = stage or effective_stage(spec, subscription.cohort)  # read once: both access and messages follow it
     decided = _decide(subscription, changed_cycle, now, spec, stage, accepted.notes, others,
                       force_new_generation=force_new_generation, first_snapshot=first_snapshot)
-    receipt = _write_receipt(subscription, changed_cycle, now, accepted, decided)
+    receipt = _receipt(subscription, changed_cycle, now, accepted, decided)
     outbox: list[OutboxMessage] = []
-    _save_subscription(subscription, receipt, now, decided, outbox)
+    snapshot, update_fields = _change_subscription(subscription, receipt, now, decided, outbox)
     _request_outbox(subscription, changed_cycle, now, accepted, spec, stage, receipt, outbox)
-    if outbox:
-        # One INSERT for the rows and one for their history rows (the same rows the post_save
-        # signal writes one at a time, user included), instead of two statements per row.
-        bulk_create_with_history(outbox, OutboxMessage)
+    # One statement on PostgreSQL (dunning.acceptance.settlement_writes), in this transaction.
+    settlement_write(SettlementWrites(receipt=receipt, snapshot=snapshot, subscription=subscription,
+                                      update_fields=update_fields, outbox=outbox))
     return Settled(receipt=receipt, snapshot_issued=decided.issue)
 
 
@@ -151,10 +149,11 @@ def _decide(subscription: Subscription, changed_cycle: DunningCycle | None, now:
                     detail=detail)
 
 
-def _write_receipt(subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime,
-                   accepted: Accepted, decided: _Decided) -> TransitionReceipt:
+def _receipt(subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime,
+             accepted: Accepted, decided: _Decided) -> TransitionReceipt:
+    """The transition receipt, not yet saved."""
     cause, expect = accepted.cause, accepted.expect
-    return TransitionReceipt.objects.create(
+    return TransitionReceipt(
         subscription=subscription, cycle=changed_cycle, edge=accepted.edge, accepted=True,
         from_state=accepted.from_state, to_state=changed_cycle.state if changed_cycle else "", detail=decided.detail,
         cause_kind=cause.kind, cause_ref=cause.ref, actor=cause.actor, actor_user=cause.user, reason=cause.reason,
@@ -166,14 +165,16 @@ def _write_receipt(subscription: Subscription, changed_cycle: DunningCycle | Non
     )
 
 
-def _save_subscription(subscription: Subscription, receipt: TransitionReceipt, now: datetime,
-                       decided: _Decided, outbox: list[OutboxMessage]) -> None:
-    """The new root, the new snapshot (with its outbox row) and the contract phase; saved only
-    when one of them changed."""
+def _change_subscription(subscription: Subscription, receipt: TransitionReceipt, now: datetime,
+                         decided: _Decided, outbox: list[OutboxMessage]
+                         ) -> tuple[EntitlementSnapshot | None, tuple[str, ...]]:
+    """The new root, the new snapshot (with its outbox row) and the contract phase, in memory;
+    returns the snapshot to write and the columns to save (none when nothing changed)."""
     update_fields = ["outstanding_cycle_root", "row_version", "updated_at"]
     subscription.outstanding_cycle_root = decided.root
+    snapshot = None
     if decided.issue:
-        _issue_snapshot(subscription, receipt, now, decided, outbox)
+        snapshot = _issue_snapshot(subscription, receipt, now, decided, outbox)
         update_fields += ["entitlement_profile", "entitlement_generation"]
     phase = contract_phase(ContractView.of(subscription), now)
     if phase != subscription.contract_phase:
@@ -182,16 +183,17 @@ def _save_subscription(subscription: Subscription, receipt: TransitionReceipt, n
     if decided.issue or decided.root != decided.root_before or "contract_phase" in update_fields:
         # Evidence that moved nothing leaves the row (and its history) alone; the receipt records it.
         subscription.row_version += 1
-        subscription.save(update_fields=update_fields)
+        return snapshot, tuple(update_fields)
+    return snapshot, ()
 
 
 def _issue_snapshot(subscription: Subscription, receipt: TransitionReceipt, now: datetime, decided: _Decided,
-                    outbox: list[OutboxMessage]) -> None:
+                    outbox: list[OutboxMessage]) -> EntitlementSnapshot:
     profile = get_profile(decided.decision.profile)
     new_generation, reason = decided.generation, decided.decision.reason
     subscription.entitlement_profile = profile.name
     subscription.entitlement_generation = new_generation
-    EntitlementSnapshot.objects.create(
+    snapshot = EntitlementSnapshot(
         subscription=subscription, generation=new_generation, profile=profile.name,
         capabilities=profile.capabilities(), reason=reason[:255], issued_at=now, cause_receipt=receipt,
     )
@@ -201,6 +203,7 @@ def _issue_snapshot(subscription: Subscription, receipt: TransitionReceipt, now:
         "generation": new_generation, "profile": profile.name, "capabilities": profile.capabilities(),
         "reason": reason, "issued_at": now.isoformat(),
     }, now))
+    return snapshot
 
 
 def _request_outbox(subscription: Subscription, changed_cycle: DunningCycle | None, now: datetime,

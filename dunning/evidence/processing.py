@@ -152,7 +152,8 @@ def _invoice_evidence(p: Processing, event: ProviderEvent | None, provider: Paym
         receipt_record(object_type="invoice", body=inv.raw, account=inv.account, fetched_at=fetched_at,
                        cause_event=event, provider=provider.name)
         return p.finish(EventOutcome.UNATTRIBUTABLE, f"invoice {invoice_id} belongs to no subscription")
-    sub = Subscription.objects.filter(provider=provider.name, provider_subscription_id=inv.subscription_id).first()
+    existing = cycle_read_for_invoice(provider.name, inv.id)
+    sub = _subscription_of(provider.name, inv, existing)
     if sub is None:
         try:
             sub = subscription_import(provider.fetch_subscription(inv.subscription_id), cause=cause, now=now,
@@ -161,11 +162,12 @@ def _invoice_evidence(p: Processing, event: ProviderEvent | None, provider: Paym
             return p.finish(EventOutcome.QUARANTINED, f"subscription {inv.subscription_id} not imported: "
                                                       f"{refused.code}: {refused.detail}")
         p.detail.append(f"imported subscription {inv.subscription_id}")
+        existing = cycle_read_for_invoice(provider.name, inv.id)  # as the import left it
     p.subscription = sub
     if sub.provider_account and inv.account and sub.provider_account != inv.account:
         return p.finish(EventOutcome.QUARANTINED, f"subscription belongs to {sub.provider_account}")
     try:
-        cycle = _cycle_for(sub, inv, cause, now)
+        cycle = existing or _cycle_open(sub, inv, cause, now)
     except OpeningRefused as refused:
         receipt_record(object_type="invoice", body=inv.raw, account=inv.account, fetched_at=fetched_at,
                        cause_event=event, provider=provider.name)
@@ -194,10 +196,16 @@ def _invoice_evidence(p: Processing, event: ProviderEvent | None, provider: Paym
                     "" if results else f"cycle already agrees with invoice {inv.status}")
 
 
-def _cycle_for(sub: Subscription, inv: ProviderInvoice, cause: Cause, now: datetime) -> DunningCycle:
-    existing = cycle_read_for_invoice(sub.provider, inv.id)
-    if existing is not None:
-        return existing
+def _subscription_of(provider: str, inv: ProviderInvoice, cycle: DunningCycle | None) -> Subscription | None:
+    """The invoice's subscription: the one its cycle's read brought along (the usual case, no
+    second read of the row), else looked up by the provider's id."""
+    if cycle is not None and (cycle.subscription.provider, cycle.subscription.provider_subscription_id) == (
+            provider, inv.subscription_id):
+        return cycle.subscription
+    return Subscription.objects.filter(provider=provider, provider_subscription_id=inv.subscription_id).first()
+
+
+def _cycle_open(sub: Subscription, inv: ProviderInvoice, cause: Cause, now: datetime) -> DunningCycle:
     return cycle_open_for_invoice(
         subscription_pk=sub.pk, cause=cause, now=now,
         invoice=InvoiceFacts(provider_invoice_id=inv.id, amount_due=inv.amount_due, currency=inv.currency,

@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+from functools import cache
+
+from django.db import connection
 from django.db.models import QuerySet
 
-from dunning.models import DunningCycle
-from dunning.policy.cache import deferred_policy
+from dunning.acceptance.locked_read import row_loader
+from dunning.models import DunningCycle, DunningPolicy, PaymentAttempt
+from dunning.policy.cache import POLICY_DEFERRED, deferred_policy
+from subscriptions.models import Invoice, Subscription
+
+# `cycle_read_for_invoice` by hand on PostgreSQL: the ORM compiled this five-table read (about
+# 130 columns) for every paid event, a fifth of its processing.
+FOR_INVOICE_SQL = """
+SELECT {cycle}, {invoice}, {subscription}, {policy}, {attempt}
+FROM dunning_dunningcycle c
+JOIN subscriptions_invoice i ON i.id = c.invoice_id
+JOIN subscriptions_subscription s ON s.id = c.subscription_id
+JOIN dunning_dunningpolicy p ON p.id = c.policy_id
+LEFT JOIN dunning_paymentattempt a ON a.id = c.pending_attempt_id
+WHERE i.provider = %(provider)s AND i.provider_invoice_id = %(invoice)s
+ORDER BY c.id LIMIT 1
+"""
+_PARTS = ((DunningCycle, "c", ()), (Invoice, "i", ()), (Subscription, "s", ()), (DunningPolicy, "p", POLICY_DEFERRED),
+          (PaymentAttempt, "a", ()))
+
+
+@cache
+def _for_invoice_sql() -> str:
+    names = ("cycle", "invoice", "subscription", "policy", "attempt")
+    return FOR_INVOICE_SQL.format(**{name: row_loader(model, alias, but).columns
+                                     for name, (model, alias, but) in zip(names, _PARTS, strict=True)})
 
 
 def _for_next_step() -> QuerySet[DunningCycle]:
@@ -22,4 +49,24 @@ def cycle_read(cycle_pk: int) -> DunningCycle:
 def cycle_read_for_invoice(provider: str, provider_invoice_id: str) -> DunningCycle | None:
     """`cycle_read` of the cycle of one provider invoice, or None: an event's processing finds
     its cycle and plans its first step from the same read."""
-    return _for_next_step().filter(invoice__provider=provider, invoice__provider_invoice_id=provider_invoice_id).first()
+    if connection.vendor != "postgresql":
+        return _for_next_step().filter(invoice__provider=provider,
+                                       invoice__provider_invoice_id=provider_invoice_id).first()
+    loaders = [row_loader(model, alias, but) for model, alias, but in _PARTS]
+    with connection.cursor() as cursor:
+        cursor.execute(_for_invoice_sql(), {"provider": provider, "invoice": provider_invoice_id})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    parts, start = [], 0
+    for loader in loaders:
+        parts.append(row[start:start + len(loader.attnames)])
+        start += len(loader.attnames)
+    cycle_row, invoice_row, subscription_row, policy_row, attempt_row = parts
+    cycle_loader, invoice_loader, subscription_loader, policy_loader, attempt_loader = loaders
+    cycle = cycle_loader.load(cycle_row)
+    cycle.invoice = invoice_loader.load(invoice_row)
+    cycle.subscription = subscription_loader.load(subscription_row)
+    cycle.policy = policy_loader.load(policy_row)
+    cycle.pending_attempt = attempt_loader.load(attempt_row) if cycle.pending_attempt_id is not None else None
+    return cycle
