@@ -85,10 +85,16 @@ def challenge_issued(ctx: Any, step: Step) -> None:
     why = network_refusal(intent, network)
     if why:
         raise Refusal("NO_CHAIN_NETWORK", why, step)
-    resource = str(step.data.get("resource") or f"/agentpay/v1/routes/{intent.route.slug}/{intent.forward_path}")
-    PaymentChallenge.objects.create(
+    challenge_row(intent, network, step.data.get("resource"), ctx.now).save(force_insert=True)
+
+
+def challenge_row(intent: PaymentIntent, network: ChainNetwork, resource: str | None, now: datetime
+                  ) -> PaymentChallenge:
+    """The challenge `challenge_issued` writes (unsaved): the terms of the 402, open for the TTL."""
+    resource = str(resource or f"/agentpay/v1/routes/{intent.route.slug}/{intent.forward_path}")
+    return PaymentChallenge(
         intent=intent, network=network, pay_to=network.pay_to, asset=network.token_address,
-        amount=challenge_amount(intent, network), issued_at=ctx.now, expires_at=ctx.now + challenge_ttl(),
+        amount=challenge_amount(intent, network), issued_at=now, expires_at=now + challenge_ttl(),
         requirement=_requirement(intent, network, resource[:2000]))
 
 
