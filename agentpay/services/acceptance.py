@@ -54,9 +54,10 @@ def intent_accept_event(intent_id: str, line: str, event: str, data: dict[str, A
 
 
 def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect_generation: int | None = None,
-                  now: datetime | None = None) -> Outcome:
+                  now: datetime | None = None, release_lease: bool = False) -> Outcome:
     """Accept all of `steps` or none. Never raises for a refusal; raises LookupError for an
-    intent that does not exist."""
+    intent that does not exist. `release_lease`: an accepted generation also clears the
+    processing lease (the request holding it is done with the intent)."""
     if not steps:
         raise ValueError("no steps to accept")
     now = now or trusted_now()
@@ -64,7 +65,7 @@ def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect
     def decide() -> Outcome:
         try:
             with transaction.atomic(durable=True):
-                return _accept_locked(intent_id, list(steps), cause, expect_generation, now)
+                return _accept_locked(intent_id, list(steps), cause, expect_generation, now, release_lease)
         except Refusal as refusal:
             return _record_refusal(intent_id, refusal, steps, cause, now)
 
@@ -97,7 +98,7 @@ def _check_person(step: Step, cause: Cause) -> None:
 
 
 def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_generation: int | None,
-                   now: datetime) -> Outcome:
+                   now: datetime, release_lease: bool = False) -> Outcome:
     intent, settlement, fulfillment, wallet = lock_intent(
         intent_id, wallet=any((step.line, step.event) in WALLET_READERS for step in steps))
     generation = intent.generation
@@ -125,6 +126,8 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
         if to_state != from_state:
             row.state, row.state_changed_at = to_state, now
         applied.append((step, from_state, to_state))
+    if release_lease:
+        ctx.intent_fields["processing_until"] = None
     # Compare-and-set: the lock makes a lost update impossible here; the generation is what a
     # caller's `expect_generation` (and a stale admin form) is checked against.
     changed = PaymentIntent.objects.filter(pk=intent.pk, generation=generation).update(

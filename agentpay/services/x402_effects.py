@@ -80,21 +80,18 @@ def challenge_issued(ctx: Any, step: Step) -> None:
     intent = ctx.intent
     if intent.rail != ONCHAIN:
         return
-    route = PricedRoute.objects.select_related("network").get(pk=intent.route_id)  # one read, not two
-    intent.route, network = route, route.network
+    if PaymentIntent.route.is_cached(intent) and PricedRoute.network.is_cached(intent.route):
+        network = intent.route.network  # the request's own read of its route (intent_open)
+    else:
+        route = PricedRoute.objects.select_related("network").get(pk=intent.route_id)  # one read, not two
+        intent.route, network = route, route.network
     why = network_refusal(intent, network)
     if why:
         raise Refusal("NO_CHAIN_NETWORK", why, step)
-    challenge_row(intent, network, step.data.get("resource"), ctx.now).save(force_insert=True)
-
-
-def challenge_row(intent: PaymentIntent, network: ChainNetwork, resource: str | None, now: datetime
-                  ) -> PaymentChallenge:
-    """The challenge `challenge_issued` writes (unsaved): the terms of the 402, open for the TTL."""
-    resource = str(resource or f"/agentpay/v1/routes/{intent.route.slug}/{intent.forward_path}")
-    return PaymentChallenge(
+    resource = str(step.data.get("resource") or f"/agentpay/v1/routes/{intent.route.slug}/{intent.forward_path}")
+    PaymentChallenge.objects.create(
         intent=intent, network=network, pay_to=network.pay_to, asset=network.token_address,
-        amount=challenge_amount(intent, network), issued_at=now, expires_at=now + challenge_ttl(),
+        amount=challenge_amount(intent, network), issued_at=ctx.now, expires_at=ctx.now + challenge_ttl(),
         requirement=_requirement(intent, network, resource[:2000]))
 
 
