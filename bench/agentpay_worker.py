@@ -1,10 +1,10 @@
 """One AgentPay hold + capture worker (a spawned process with its own database connection).
 
 Each iteration is one paid call through the real services, the path the gateway takes minus
-HTTP: `intent_open` under a fresh key, then `intent_drive_wallet` — payload_verified,
-hold_acquired in one acceptance, dispatch, and the upstream's 2xx accepted with capture and
-settlement_confirmed (four durable transactions; the two ledger moves are the hold and the
-capture). The upstream
+HTTP: `intent_open` under a fresh key taking payload_verified and hold_acquired as it opens,
+then `intent_drive_wallet` — dispatch, and the upstream's 2xx accepted with capture,
+settlement_confirmed and the lease cleared (three durable transactions; the two ledger moves are
+the hold and the capture). The upstream
 call itself is answered in process (`UpstreamAnswer("2xx")`): the gateway phase measures HTTP.
 """
 
@@ -47,10 +47,12 @@ def run(database_url: str, tenant_pks: list[int], route_pk: int, ready: Any, sta
         request_id = uuid.uuid4()
         opened = intent_open(tenant=tenant, route=route, rail="wallet", idempotency_key=f"bench-{tag}-{i}",
                              digest=digest, forward_path="", forward_query="", content_type="", body=b"",
-                             request_id=request_id, now=trusted_now())
+                             request_id=request_id, now=trusted_now(),
+                             steps=wallet_flow.authorize_and_hold(route.price_minor))
         cause = Cause.request(request_id, tenant.tenant_id)
         driven = wallet_flow.intent_drive_wallet(intent=opened.intent, cause=cause, access=access,
-                                                 request_id=request_id, just_opened=opened.created)
+                                                 request_id=request_id, just_opened=opened.created,
+                                                 opened_lines=opened.lines, release_lease=True)
         return driven.outcome is not None and driven.outcome.accepted and driven.outcome.lines.intent == "completed"
 
     for i in range(3):  # warm the connection and the caches

@@ -37,6 +37,7 @@ from agentpay.services.intents import intent_claim_lease, intent_release_lease
 from agentpay.services.onchain_flow import intent_drive_onchain
 from agentpay.services.results import Cause
 from agentpay.services.wallet_flow import Driven
+from agentpay.states import FULFILLMENT, INITIAL, ONCHAIN, SETTLEMENT, Lines
 from agentpay.x402.headers import (
     PAYMENT_REQUIRED,
     PAYMENT_RESPONSE,
@@ -53,6 +54,12 @@ def onchain_call(request: Request, *, intent: PaymentIntent, created: bool, caus
                  access: ApiAccess) -> HttpResponse:
     """Answer one call on the on-chain rail for `intent` (opened or found under the key)."""
     signature = request.headers.get(PAYMENT_SIGNATURE)
+    if created and signature is None and intent.state == "challenged":
+        # Opened challenged in intent_open's one transaction, with no lease: the 402 from the rows it
+        # wrote (the challenge is cached on the intent), nothing read back, nothing to release.
+        lines = Lines(rail=ONCHAIN, intent="challenged", settlement=INITIAL[SETTLEMENT],
+                      fulfillment=INITIAL[FULFILLMENT])
+        return _payment_required(intent.intent_id, intent.challenge, display_status(lines))
     resource = request.build_absolute_uri()
     if not created:
         if intent.state not in ("created", "challenged") and signature is not None \

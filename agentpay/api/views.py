@@ -24,10 +24,12 @@ from agentpay.composite import display_status_or_violation
 from agentpay.models import PaymentIntent, PricedRoute
 from agentpay.selectors import intent_composite_view
 from agentpay.services.intents import intent_claim_lease, intent_open, intent_release_lease, request_digest
-from agentpay.services.results import Cause
-from agentpay.services.wallet_flow import Driven, intent_drive_wallet
-from agentpay.states import INTENT_TERMINAL, ONCHAIN, WALLET
+from agentpay.services.onchain_authorize import onchain_policy_refusal
+from agentpay.services.results import Cause, Step
+from agentpay.services.wallet_flow import Driven, authorize_and_hold, intent_drive_wallet
+from agentpay.states import INTENT, INTENT_TERMINAL, ONCHAIN, WALLET
 from agentpay.upstream import UpstreamAnswer
+from agentpay.x402.headers import PAYMENT_SIGNATURE
 from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 
 MAX_KEY_LENGTH = 255
@@ -146,7 +148,8 @@ class RouteCallView(_AgentPayView):
 
     def _call(self, request: Request, slug: str, subpath: str) -> HttpResponse:
         tenant = request.user.tenant
-        priced = PricedRoute.objects.filter(slug=slug, active=True).first() if len(slug) <= 64 else None
+        priced = (PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first()
+                  if len(slug) <= 64 else None)  # the network with it: _check_call and the challenge read it
         if priced is None:
             return problem(404, "unknown-route", "No such priced route", f"no active route {slug[:64]!r}")
         request._request.agentpay_route = priced
@@ -162,9 +165,21 @@ class RouteCallView(_AgentPayView):
         digest = request_digest(method=request.method, route_slug=priced.slug, path=subpath, query=query,
                                 content_type=content_type, body=request.body)
         now = trusted_now()
+        access = api_access_for(tenant.subscription_ref, method=request.method)
+        steps: list[Step] = []
+        lease = True
+        # The first steps are taken as the intent is opened (one transaction) when no policy refuses:
+        # the tenant's status is the one the API-key read loaded for this request; a refusal goes the
+        # acceptance's way (policy_denied), and so does an effect's (too little balance, no network).
+        if not onchain_policy_refusal(tenant.status, access)[0]:
+            if rail == ONCHAIN:
+                steps = [Step(INTENT, "challenge_issued", {"resource": request.build_absolute_uri()})]
+                lease = PAYMENT_SIGNATURE in request.headers  # an unpaid call's 402 is the whole answer
+            else:
+                steps = authorize_and_hold(priced.price_minor)
         opened = intent_open(tenant=tenant, route=priced, rail=rail, idempotency_key=key, digest=digest,
                              forward_path=subpath, forward_query=query, content_type=content_type, body=request.body,
-                             request_id=request_id, now=now)
+                             request_id=request_id, now=now, steps=steps, lease=lease)
         intent = opened.intent
         request._request.agentpay_intent = intent
         if not opened.created and intent.request_digest != digest:
@@ -173,8 +188,7 @@ class RouteCallView(_AgentPayView):
                            intent_id=intent.intent_id)
         if intent.rail == ONCHAIN:
             return onchain_call(request, intent=intent, created=opened.created,
-                                cause=Cause.request(request_id, tenant.tenant_id),
-                                access=api_access_for(tenant.subscription_ref, method=request.method))
+                                cause=Cause.request(request_id, tenant.tenant_id), access=access)
         if not opened.created:
             resumable = intent.state not in INTENT_TERMINAL and intent.fulfillment.state == "not_started"
             if not resumable or not intent_claim_lease(intent=intent, now=now):
@@ -183,12 +197,15 @@ class RouteCallView(_AgentPayView):
                                    "retry after it has finished; the replay will show its outcome",
                                    intent_id=intent.intent_id, headers={"Retry-After": "1"})
                 return _replay(intent)
+        released = False
         try:
             driven = intent_drive_wallet(intent=intent, cause=Cause.request(request_id, tenant.tenant_id),
-                                         access=api_access_for(tenant.subscription_ref, method=request.method),
-                                         request_id=request_id, just_opened=opened.created)
+                                         access=access, request_id=request_id, just_opened=opened.created,
+                                         opened_lines=opened.lines, release_lease=True)
+            released = driven.lease_released
         finally:
-            intent_release_lease(intent=intent)
+            if not released:
+                intent_release_lease(intent=intent)
         if _relayable(driven):  # the upstream's answer, the lines from the acceptance: nothing to read
             return _relayed(intent.intent_id, display_status_or_violation(driven.outcome.lines), driven.answer)
         # One read of what the answer shows (the acceptances committed it).

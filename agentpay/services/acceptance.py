@@ -54,9 +54,10 @@ def intent_accept_event(intent_id: str, line: str, event: str, data: dict[str, A
 
 
 def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect_generation: int | None = None,
-                  now: datetime | None = None) -> Outcome:
+                  now: datetime | None = None, release_lease: bool = False) -> Outcome:
     """Accept all of `steps` or none. Never raises for a refusal; raises LookupError for an
-    intent that does not exist."""
+    intent that does not exist. `release_lease`: an accepted generation also clears the
+    processing lease (the request holding it is done with the intent)."""
     if not steps:
         raise ValueError("no steps to accept")
     now = now or trusted_now()
@@ -64,7 +65,7 @@ def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect
     def decide() -> Outcome:
         try:
             with transaction.atomic(durable=True):
-                return _accept_locked(intent_id, list(steps), cause, expect_generation, now)
+                return _accept_locked(intent_id, list(steps), cause, expect_generation, now, release_lease)
         except Refusal as refusal:
             return _record_refusal(intent_id, refusal, steps, cause, now)
 
@@ -97,7 +98,7 @@ def _check_person(step: Step, cause: Cause) -> None:
 
 
 def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_generation: int | None,
-                   now: datetime) -> Outcome:
+                   now: datetime, release_lease: bool = False) -> Outcome:
     intent, settlement, fulfillment, wallet = lock_intent(
         intent_id, wallet=any((step.line, step.event) in WALLET_READERS for step in steps))
     generation = intent.generation
@@ -125,6 +126,8 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
         if to_state != from_state:
             row.state, row.state_changed_at = to_state, now
         applied.append((step, from_state, to_state))
+    if release_lease:
+        ctx.intent_fields["processing_until"] = None
     # Compare-and-set: the lock makes a lost update impossible here; the generation is what a
     # caller's `expect_generation` (and a stale admin form) is checked against.
     changed = PaymentIntent.objects.filter(pk=intent.pk, generation=generation).update(
@@ -141,23 +144,35 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
     if "fulfillment" in moved or ctx.fulfillment_fields:
         fulfillment.save(update_fields=["state", "state_changed_at", *ctx.fulfillment_fields])
     receipts = IntentReceipt.objects.bulk_create([  # one INSERT; PostgreSQL returns the ids in order
-        IntentReceipt(
-            intent=intent, line=step.line, event=step.event, accepted=True, from_state=from_state, to_state=to_state,
-            generation=intent.generation, data=_storable(step.data), cause_kind=cause.kind, actor=cause.actor,
-            actor_user=cause.user, request_id=cause.request_id, reason=cause.reason, ticket=cause.ticket,
-            trusted_time=now)
+        accepted_receipt(intent, step, from_state, to_state, intent.generation, cause, now)
         for step, from_state, to_state in applied
     ])
-    OutboxMessage.objects.create(
-        topic=OUTBOX_TOPIC, dedupe_key=f"{intent.intent_id}:{intent.generation}", intent=intent, created_at=now,
-        payload={"intent_id": intent.intent_id, "generation": intent.generation, "rail": intent.rail,
-                 "intent": lines.intent, "settlement": lines.settlement, "fulfillment": lines.fulfillment,
-                 "display_status": _display(lines), "events": [f"{s.line}.{s.event}" for s, _, _ in applied],
-                 "request_id": str(cause.request_id) if cause.request_id else None, "actor": cause.actor})
+    outbox_message(intent, lines, [step for step, _, _ in applied], cause, now).save(force_insert=True)
     log.info("intent %s accepted %s → generation %s", intent.intent_id,
              ", ".join(f"{s.line}.{s.event}" for s, _, _ in applied), intent.generation)
     return Outcome(accepted=True, intent_id=intent.intent_id, lines=lines, generation=intent.generation,
                    receipt_ids=tuple(r.pk for r in receipts))
+
+
+def accepted_receipt(intent: PaymentIntent, step: Step, from_state: str, to_state: str, generation: int,
+                     cause: Cause, now: datetime) -> IntentReceipt:
+    """The receipt of an accepted step (unsaved)."""
+    return IntentReceipt(
+        intent=intent, line=step.line, event=step.event, accepted=True, from_state=from_state, to_state=to_state,
+        generation=generation, data=_storable(step.data), cause_kind=cause.kind, actor=cause.actor,
+        actor_user=cause.user, request_id=cause.request_id, reason=cause.reason, ticket=cause.ticket,
+        trusted_time=now)
+
+
+def outbox_message(intent: PaymentIntent, lines: Lines, steps: Sequence[Step], cause: Cause,
+                   now: datetime) -> OutboxMessage:
+    """The outbox row of an accepted generation (unsaved): the lines it left and the steps it took."""
+    return OutboxMessage(
+        topic=OUTBOX_TOPIC, dedupe_key=f"{intent.intent_id}:{intent.generation}", intent=intent, created_at=now,
+        payload={"intent_id": intent.intent_id, "generation": intent.generation, "rail": intent.rail,
+                 "intent": lines.intent, "settlement": lines.settlement, "fulfillment": lines.fulfillment,
+                 "display_status": _display(lines), "events": [f"{s.line}.{s.event}" for s in steps],
+                 "request_id": str(cause.request_id) if cause.request_id else None, "actor": cause.actor})
 
 
 def _display(lines: Lines) -> str:

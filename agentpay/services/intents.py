@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -17,8 +18,20 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from agentpay.models import Fulfillment, IntentReceipt, PaymentIntent, PricedRoute, Settlement, Tenant
-from agentpay.services.results import Cause
+from agentpay.models import (
+    AccountKind,
+    Fulfillment,
+    IntentReceipt,
+    LedgerAccount,
+    PaymentIntent,
+    PricedRoute,
+    Settlement,
+    Tenant,
+)
+from agentpay.services.acceptance import WALLET_READERS, accepted_receipt, outbox_message
+from agentpay.services.effects import EFFECTS, EffectContext
+from agentpay.services.results import Cause, Refusal, Step
+from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, TRANSITIONS, WALLET, Lines, step_verdict
 
 
 def request_digest(*, method: str, route_slug: str, path: str, query: str, content_type: str, body: bytes) -> str:
@@ -34,6 +47,8 @@ def request_digest(*, method: str, route_slug: str, path: str, query: str, conte
 class Opened:
     intent: PaymentIntent
     created: bool
+    lines: Lines | None = None  # of an intent this request inserted: the lines its steps on open left
+
 
 
 def lease_for(route: PricedRoute) -> timedelta:
@@ -41,32 +56,106 @@ def lease_for(route: PricedRoute) -> timedelta:
                      + settings.AGENTPAY_PROCESSING_LEASE_MARGIN_SECONDS)
 
 
+# The steps an intent may take as it is opened (one transaction with the insert): the on-chain
+# challenge, and the wallet's authorize + hold. Their effects read no line's state, only the
+# intent's own fields, the route and the wallet.
+ON_OPEN = frozenset({(INTENT, "challenge_issued"), (INTENT, "payload_verified"), (SETTLEMENT, "hold_acquired")})
+# What those steps stamp on the intent row, written with its INSERT (no UPDATE after it).
+_STAMPS = {(INTENT, "challenge_issued"): "challenged_at"}
+
+
+class _NotOnOpen(Exception):
+    """A step's effect refused on open: the insert is rolled back and the intent opened plainly."""
+
+
 def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_key: str, digest: str,
                 forward_path: str, forward_query: str, content_type: str, body: bytes, request_id: uuid.UUID,
-                now: datetime) -> Opened:
-    """Insert the intent for (tenant, key), or find the one that holds the key already."""
+                now: datetime, steps: Sequence[Step] = (), lease: bool = True) -> Opened:
+    """Insert the intent for (tenant, key), or find the one that holds the key already.
+
+    `steps` (of ON_OPEN; the caller found no policy refusal): accepted in the open's own
+    transaction, exactly as `intent_accept` would accept them on the fresh intent: checked
+    against the tables one after the other, their effects run (the challenge written, the hold
+    taken with the wallet locked after the intent's new rows, as the acceptance orders its
+    locks), the intent, settlement and fulfillment inserted in the lines they leave, receipts
+    for `opened` (generation 0) and each step (generation 1) in one INSERT, and generation 1's
+    outbox row. An effect that refuses (too little balance, a frozen wallet, a network that
+    cannot take the intent) rolls all of it back and the intent is opened plainly, `created`,
+    for the acceptance to refuse and record. `lease=False`: no request goes on with the intent
+    (a 402 is the whole answer), so no lease is taken and none is released.
+    """
+    cause = Cause.request(request_id, tenant.tenant_id)
+    intent = PaymentIntent(
+        tenant=tenant, idempotency_key=idempotency_key, request_digest=digest, rail=rail, route=route,
+        amount=route.price_minor, currency=route.currency, created_at=now, state_changed_at=now,
+        first_request_id=request_id, processing_until=now + lease_for(route) if lease else None,
+        forward_path=forward_path, forward_query=forward_query, forward_content_type=content_type, forward_body=body)
+    initial = Lines(rail=rail, intent=INITIAL[INTENT], settlement=INITIAL[SETTLEMENT],
+                    fulfillment=INITIAL[FULFILLMENT])
+    lines, applied = initial, []
+    for step in steps:
+        verdict = step_verdict(lines, step.line, step.event)
+        if (step.line, step.event) not in ON_OPEN or not verdict.allowed:
+            raise ValueError(f"{step.line}.{step.event} cannot be accepted on open: {verdict.code or 'not ON_OPEN'}")
+        to_state = TRANSITIONS[step.line][(lines.state(step.line), step.event)]
+        applied.append((step, lines.state(step.line), to_state))
+        lines = lines.moved(step.line, to_state)
+        if (step.line, step.event) in _STAMPS:
+            setattr(intent, _STAMPS[step.line, step.event], now)
+    if applied:
+        intent.state, intent.generation = lines.intent, 1
     try:
         with transaction.atomic(durable=True):
-            intent = PaymentIntent.objects.create(
-                tenant=tenant, idempotency_key=idempotency_key, request_digest=digest, rail=rail, route=route,
-                amount=route.price_minor, currency=route.currency, created_at=now, state_changed_at=now,
-                first_request_id=request_id, processing_until=now + lease_for(route), forward_path=forward_path,
-                forward_query=forward_query, forward_content_type=content_type, forward_body=body)
-            Settlement.objects.create(intent=intent, rail=rail, created_at=now, state_changed_at=now)
-            Fulfillment.objects.create(intent=intent, state_changed_at=now)
-            cause = Cause.request(request_id, tenant.tenant_id)
-            IntentReceipt.objects.create(
-                intent=intent, line="intent", event="opened", accepted=True, from_state="", to_state="created",
-                generation=0, data={"route": route.slug, "amount": route.price_minor, "currency": route.currency,
-                                    "rail": rail},
-                cause_kind=cause.kind, actor=cause.actor, request_id=request_id, trusted_time=now)
-        return Opened(intent, True)
+            _insert(intent, initial, lines, applied, cause, now)
+        return Opened(intent, True, lines)
+    except _NotOnOpen:
+        return intent_open(tenant=tenant, route=route, rail=rail, idempotency_key=idempotency_key, digest=digest,
+                           forward_path=forward_path, forward_query=forward_query, content_type=content_type,
+                           body=body, request_id=request_id, now=now, lease=lease)
     except IntegrityError:
         # The key is taken (perhaps by a request that committed while we waited on the index).
         existing = PaymentIntent.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
         if existing is None:
             raise
         return Opened(existing, False)
+
+
+def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[tuple[Step, str, str]], cause: Cause,
+            now: datetime) -> None:
+    intent.save(force_insert=True)  # in the lines it leaves; in memory it walks them with the steps
+    settlement = Settlement(intent=intent, rail=intent.rail, created_at=now, state_changed_at=now)
+    fulfillment = Fulfillment(intent=intent, state_changed_at=now)
+    rows = {INTENT: intent, SETTLEMENT: settlement, FULFILLMENT: fulfillment}
+    intent.state = initial.intent
+    wallet = None
+    if any((step.line, step.event) in WALLET_READERS for step, _, _ in applied) and intent.rail == WALLET:
+        wallet = (LedgerAccount.objects.select_for_update()
+                  .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
+    ctx = EffectContext(intent=intent, settlement=settlement, fulfillment=fulfillment, wallet=wallet, cause=cause,
+                        now=now)
+    for step, _, to_state in applied:
+        effect = EFFECTS.get((step.line, step.event))
+        if effect is not None:
+            try:
+                effect(ctx, step)
+            except Refusal as refusal:
+                raise _NotOnOpen(refusal.code) from None
+        rows[step.line].state = to_state
+    unstamped = {name: value for name, value in ctx.intent_fields.items() if getattr(intent, name) != value}
+    if unstamped:  # an effect set a field the insert could not know (none of ON_OPEN's does today)
+        PaymentIntent.objects.filter(pk=intent.pk).update(**unstamped)
+        for name, value in unstamped.items():
+            setattr(intent, name, value)
+    settlement.save(force_insert=True)
+    fulfillment.save(force_insert=True)
+    opened = Step(INTENT, "opened", {"route": intent.route.slug, "amount": intent.amount, "currency": intent.currency,
+                                     "rail": intent.rail})
+    IntentReceipt.objects.bulk_create([  # one INSERT
+        accepted_receipt(intent, opened, "", initial.intent, 0, cause, now),
+        *(accepted_receipt(intent, step, from_state, to_state, 1, cause, now)
+          for step, from_state, to_state in applied)])
+    if applied:
+        outbox_message(intent, lines, [step for step, _, _ in applied], cause, now).save(force_insert=True)
 
 
 def intent_claim_lease(*, intent: PaymentIntent, now: datetime) -> bool:

@@ -72,12 +72,18 @@ def authorization_used_on_chain(network: ChainNetwork, payer: str, nonce: str) -
         raise ChainUnavailable(f"authorizationState on {network.caip2}: {str(exc)[:200]}") from None
 
 
-def _policy_refusal(intent: PaymentIntent, access: ApiAccess) -> tuple[str, str]:
-    if Tenant.objects.filter(pk=intent.tenant_id, status=TenantStatus.FROZEN).exists():
+def onchain_policy_refusal(tenant_status: str, access: ApiAccess) -> tuple[str, str]:
+    """(reason, detail) why a tenant in `tenant_status` may not be challenged; ('', '') when it may."""
+    if tenant_status == TenantStatus.FROZEN:
         return "tenant_frozen", "the tenant is frozen"
     if not access.allowed:
         return "entitlement_denies_api_tokens", access.detail
     return "", ""
+
+
+def _policy_refusal(intent: PaymentIntent, access: ApiAccess) -> tuple[str, str]:
+    status = Tenant.objects.filter(pk=intent.tenant_id).values_list("status", flat=True).get()
+    return onchain_policy_refusal(status, access)
 
 
 def onchain_challenge(*, intent: PaymentIntent, cause: Cause, access: ApiAccess, resource: str,

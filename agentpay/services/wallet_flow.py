@@ -64,6 +64,7 @@ class Driven:
     answer: UpstreamAnswer | None = None  # set when this request called the upstream
     refusal: str = ""  # why the intent stopped short: INSUFFICIENT_BALANCE, POLICY_DENIED, …
     detail: str = ""
+    lease_released: bool = False  # the answer's acceptance cleared the request's processing lease
 
 
 def _accept(intent: PaymentIntent, cause: Cause, *steps: Step) -> Outcome:
@@ -71,15 +72,19 @@ def _accept(intent: PaymentIntent, cause: Cause, *steps: Step) -> Outcome:
 
 
 def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAccess, request_id: uuid.UUID,
-                        just_opened: bool = False) -> Driven:
-    """`just_opened`: `intent` is the one `intent_open` inserted in this request (its lines are
-    the initial ones and its fulfillment is cached on it), so nothing is read back."""
+                        just_opened: bool = False, opened_lines: Lines | None = None,
+                        release_lease: bool = False) -> Driven:
+    """`just_opened`: `intent` is the one `intent_open` inserted in this request (its fulfillment
+    is cached on it, its lines are `opened_lines`, the initial ones when not given: authorized and
+    held when it took authorize_and_hold on open), so nothing is read back.
+    `release_lease`: the upstream's answer is accepted with the request's processing lease cleared
+    (one UPDATE fewer); `Driven.lease_released` says whether that happened."""
     last: Outcome | None = None
     # The lines as they are (a resumed intent may be anywhere).
     if just_opened:
         fulfillment = intent.fulfillment
-        lines = Lines(rail=intent.rail, intent=INITIAL[INTENT], settlement=INITIAL[SETTLEMENT],
-                      fulfillment=INITIAL[FULFILLMENT])
+        lines = opened_lines or Lines(rail=intent.rail, intent=INITIAL[INTENT], settlement=INITIAL[SETTLEMENT],
+                                      fulfillment=INITIAL[FULFILLMENT])
     else:
         intent.refresh_from_db(fields=["state", "generation", "processing_until"])
         settlement = intent.settlements.order_by("-pk").first()
@@ -112,7 +117,14 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
     last = _accept(intent, cause, Step("fulfillment", "dispatch"))
     if not last.accepted:
         return Driven(last, refusal=last.refusal_code, detail=last.detail)
-    return _forward_and_settle(intent, cause, fulfillment.fulfillment_id, request_id)
+    return forward_and_accept(intent, cause, fulfillment.fulfillment_id, request_id, ANSWER_STEPS,
+                              release_lease=release_lease)
+
+
+def authorize_and_hold(amount: int) -> list[Step]:
+    """A fresh wallet intent's authorize → hold: the gateway asks them as the intent is opened."""
+    return [Step("intent", "payload_verified", {"api_key": "verified"}),
+            Step("settlement", "hold_acquired", {"amount": amount})]
 
 
 def _steps_to_hold(lines: Lines, intent: PaymentIntent) -> list[Step]:
@@ -120,18 +132,15 @@ def _steps_to_hold(lines: Lines, intent: PaymentIntent) -> list[Step]:
     intent is past its hold or is not the wallet flow's to drive."""
     if lines.intent not in ("created", "authorized") or lines.settlement != "not_started":
         return []
-    verify = [Step("intent", "payload_verified", {"api_key": "verified"})] if lines.intent == "created" else []
-    return [*verify, Step("settlement", "hold_acquired", {"amount": intent.amount})]
-
-
-def _forward_and_settle(intent: PaymentIntent, cause: Cause, fulfillment_id: str, request_id: uuid.UUID) -> Driven:
-    return forward_and_accept(intent, cause, fulfillment_id, request_id, ANSWER_STEPS)
+    steps = authorize_and_hold(intent.amount)
+    return steps if lines.intent == "created" else steps[1:]
 
 
 def forward_and_accept(intent: PaymentIntent, cause: Cause, fulfillment_id: str, request_id: uuid.UUID,
-                       answer_steps: dict[str, tuple[str, list[Step]]]) -> Driven:
+                       answer_steps: dict[str, tuple[str, list[Step]]], *, release_lease: bool = False) -> Driven:
     """The one call to the upstream, after `dispatch` committed (outside any transaction), and
-    the acceptance of what it answered: the fulfillment's event and the rail's `answer_steps`."""
+    the acceptance of what it answered: the fulfillment's event and the rail's `answer_steps`
+    (with the processing lease cleared when `release_lease`)."""
     answer = upstream_forward(route=intent.route, fulfillment_id=fulfillment_id, request_id=request_id,
                               path=intent.forward_path, query=intent.forward_query,
                               content_type=intent.forward_content_type, body=bytes(intent.forward_body))
@@ -139,5 +148,6 @@ def forward_and_accept(intent: PaymentIntent, cause: Cause, fulfillment_id: str,
     data = {"status": answer.status} if answer.status is not None else {}
     if answer.error:
         data["error"] = answer.error
-    outcome = _accept(intent, cause, Step("fulfillment", event, data), *then)
-    return Driven(outcome, answer=answer)
+    outcome = intent_accept(intent_id=intent.intent_id, steps=[Step("fulfillment", event, data), *then], cause=cause,
+                            now=trusted_now(), release_lease=release_lease)
+    return Driven(outcome, answer=answer, lease_released=release_lease and outcome.accepted)

@@ -80,8 +80,11 @@ def challenge_issued(ctx: Any, step: Step) -> None:
     intent = ctx.intent
     if intent.rail != ONCHAIN:
         return
-    route = PricedRoute.objects.select_related("network").get(pk=intent.route_id)  # one read, not two
-    intent.route, network = route, route.network
+    if PaymentIntent.route.is_cached(intent) and PricedRoute.network.is_cached(intent.route):
+        network = intent.route.network  # the request's own read of its route (intent_open)
+    else:
+        route = PricedRoute.objects.select_related("network").get(pk=intent.route_id)  # one read, not two
+        intent.route, network = route, route.network
     why = network_refusal(intent, network)
     if why:
         raise Refusal("NO_CHAIN_NETWORK", why, step)

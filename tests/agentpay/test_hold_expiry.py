@@ -17,6 +17,7 @@ from agentpay.schedule import JOB_CADENCE
 from agentpay.services.acceptance import intent_accept
 from agentpay.services.intents import intent_claim_lease, intent_open, request_digest
 from agentpay.services.results import Cause, Step
+from agentpay.services.wallet_flow import authorize_and_hold
 
 pytestmark = pytest.mark.django_db
 
@@ -26,17 +27,18 @@ EXPIRE = [Step("settlement", "hold_expired"), Step("intent", "hold_expired")]
 
 def crashed_after_hold(tenant, route, key: str = "k-1", body: bytes = b'{"q": 1}') -> PaymentIntent:
     """What a gateway request leaves when its process dies right after the hold committed: the
-    intent authorized and held, never dispatched, its lease still set."""
+    intent opened authorized and held (the gateway takes the hold as it opens the intent), never
+    dispatched, its lease still set."""
     now = trusted_now()
     digest = request_digest(method="POST", route_slug=route.slug, path="run", query="",
                             content_type="application/json", body=body)
-    intent = intent_open(tenant=tenant, route=route, rail="wallet", idempotency_key=key, digest=digest,
+    opened = intent_open(tenant=tenant, route=route, rail="wallet", idempotency_key=key, digest=digest,
                          forward_path="run", forward_query="", content_type="application/json", body=body,
-                         request_id=uuid.uuid4(), now=now).intent
-    cause = Cause.request(uuid.uuid4(), tenant.tenant_id)
-    for step in (Step("intent", "payload_verified"), Step("settlement", "hold_acquired")):
-        assert intent_accept(intent_id=intent.intent_id, steps=[step], cause=cause, now=now).accepted
-    return intent
+                         request_id=uuid.uuid4(), now=now,
+                         steps=authorize_and_hold(route.price_minor))
+    assert opened.lines.intent == "authorized" and opened.lines.settlement == "held"
+    assert opened.intent.processing_until is not None
+    return opened.intent
 
 
 def lines(intent: PaymentIntent) -> tuple[str, str, str]:

@@ -83,9 +83,11 @@ def test_a_paid_call_locks_the_wallet_only_to_hold_and_never_writes_a_system_acc
         assert call("ok", key="measured").status_code == 200
     sql = [q["sql"] for q in captured.captured_queries]
     locks = [s for s in sql if "FOR UPDATE" in s]
-    wallet_locks = [s for s in locks if s.endswith("FOR UPDATE OF i, s, f, w")]
-    assert len(wallet_locks) == 1  # the hold's acceptance; not the capture's
-    assert len(locks) == 3  # one lock statement per acceptance: authorize + hold, dispatch, the answer
+    wallet_locks = [s for s in locks if s.startswith('SELECT "agentpay_ledgeraccount"') or s.endswith(", w")]
+    assert len(wallet_locks) == 1  # the hold's, taken as the intent is opened; not the capture's
+    # The open's wallet lock (authorize + hold on open), then one lock statement per acceptance:
+    # dispatch, the answer.
+    assert len(locks) == 3 and [s for s in locks if s.endswith("FOR UPDATE OF i, s, f")] == locks[1:]
     assert not [s for s in sql if s.startswith('INSERT INTO "agentpay_ledgeraccount"')]
     account_reads = [s for s in sql if s.startswith('SELECT "agentpay_ledgeraccount"."id"') and "FOR UPDATE" not in s]
     assert not account_reads  # no system account looked up

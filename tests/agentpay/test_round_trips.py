@@ -149,8 +149,38 @@ def test_a_relayed_answer_reads_nothing_back(funded, routes, call):
     sql = [q["sql"] for q in captured.captured_queries]
     after = sql[max(i for i, s in enumerate(sql) if s.startswith('INSERT INTO "agentpay_outboxmessage"')):]
     assert not [s for s in after if s.startswith("SELECT")]  # no composite view read for a relayed answer
-    # request log 2, key, route, open 6, policy 1, the three acceptances 30, the lease 1 (was 60)
-    assert len(sql) <= 42, "\n".join(s[:100] for s in sql)
+    # request log 2, key, route; the open with authorize + hold 11; dispatch 6; the answer with the
+    # lease cleared 13 (was 60, then 42 with the open, the policy read and the lease apart)
+    assert len(sql) <= 35, "\n".join(s[:100] for s in sql)
+    assert not [s for s in sql if "ARRAY_AGG" in s]  # no policy read: the key's tenant, the hold's wallet
+    assert not [s for s in sql if s.startswith('UPDATE "agentpay_paymentintent" SET "processing_until"')]
+    assert intent.processing_until is None  # cleared by the answer's acceptance
+    opened = sql.index(next(s for s in sql if s.startswith('INSERT INTO "agentpay_paymentintent"')))
+    transfer = sql.index(next(s for s in sql if s.startswith('INSERT INTO "agentpay_transfer"')))
+    first_commit = opened + next(i for i, s in enumerate(sql[opened:]) if s.startswith("RELEASE SAVEPOINT"))
+    assert transfer < first_commit  # the hold is taken in the open's own transaction
+    assert _accepted(intent) == [(0, "opened"), (1, "payload_verified"), (1, "hold_acquired"), (2, "dispatch"),
+                                 (3, "upstream_2xx"), (3, "capture"), (3, "settlement_confirmed")]
+
+
+def test_a_call_the_wallet_cannot_hold_is_opened_plainly_and_refused_by_the_acceptance(funded, routes, call):
+    answer = call("pricey", key="short")  # 5,000 against 1,000: the hold on open refuses, all of it rolls back
+    assert answer.status_code == 402 and answer.json()["type"].endswith("/insufficient-balance")
+    intent = PaymentIntent.objects.get(idempotency_key="short")
+    assert _accepted(intent) == [(0, "opened"), (1, "payload_verified"), (1, "hold_failed"),
+                                 (1, "settlement_failed")]
+    refused = IntentReceipt.objects.get(intent=intent, accepted=False)
+    assert (refused.event, refused.refusal_code) == ("hold_acquired", "INSUFFICIENT_BALANCE")
+    assert not Transfer.objects.filter(intent=intent).exists() and intent.processing_until is None
+
+
+def test_a_frozen_tenant_takes_no_step_on_open(funded, routes, call):
+    funded.status = "frozen"
+    funded.save()
+    assert call("ok", key="frozen").status_code == 403
+    intent = PaymentIntent.objects.get(idempotency_key="frozen")
+    assert _accepted(intent) == [(0, "opened"), (1, "policy_denied")]
+    assert not Transfer.objects.filter(intent=intent).exists()
 
 
 def test_the_embedded_database_locks_the_same_rows_through_the_orm(funded, routes, monkeypatch):

@@ -217,11 +217,76 @@ def test_the_published_schema_names_the_x402_header_and_the_202(client):
     assert {"202", "402", "503"} <= set(call_op["responses"]) and "501" not in call_op["responses"]
 
 
-def test_a_402_for_a_fresh_key_does_not_read_back_the_intent_it_just_opened(call, chain_routes, network):
+def test_a_402_for_a_fresh_key_is_one_transaction_that_reads_nothing_back(call, chain_routes, network):
     assert call("paid", "k-warm").status_code == 402
     with CaptureQueriesContext(connection) as captured:
         assert call("paid", "k-fresh").status_code == 402
     sql = [q["sql"] for q in captured.captured_queries]
-    intent_reads = [s for s in sql if s.startswith('SELECT "agentpay_paymentintent"')]
-    assert not intent_reads, intent_reads  # the lock reads it, once
-    assert len([s for s in sql if "FOR UPDATE" in s]) == 1
+    tables = [s.split('"')[1] for s in sql if s.startswith(("INSERT", "UPDATE", "SELECT"))]
+    # The request log's row and its answer, the key, the route with its network; then the open:
+    # intent, challenge, settlement, fulfillment, both receipts in one INSERT, the outbox row.
+    assert tables == ["agentpay_gatewayrequest", "agentpay_tenantapikey", "agentpay_pricedroute",
+                      "agentpay_paymentintent", "agentpay_paymentchallenge", "agentpay_settlement",
+                      "agentpay_fulfillment", "agentpay_intentreceipt", "agentpay_outboxmessage",
+                      "agentpay_gatewayrequest"], "\n".join(s[:100] for s in sql)
+    assert not [s for s in sql if "FOR UPDATE" in s]  # nothing to lock: the rows are this transaction's
+    assert len([s for s in sql if s.startswith("SAVEPOINT")]) == 1  # one transaction (a savepoint in a test)
+
+
+def _rows(intent: PaymentIntent) -> dict:
+    """What an intent's challenge left, without the ids and times that differ between two intents."""
+    intent.refresh_from_db()
+    outbox = [dict(m.payload, intent_id="", request_id="", actor="") for m in intent.outbox_messages.order_by("pk")]
+    return {
+        "intent": (intent.state, intent.generation, intent.challenged_at is not None,
+                   intent.processing_until is None),
+        "receipts": list(IntentReceipt.objects.filter(intent=intent).order_by("pk").values_list(
+            "line", "event", "accepted", "from_state", "to_state", "generation", "cause_kind")),
+        "outbox": [(p.pop("generation"), p) for p in outbox],
+        "challenge": PaymentChallenge.objects.filter(intent=intent).values_list("amount", "asset", "pay_to").get(),
+        "lines": (intent.settlements.get().state, intent.fulfillment.state),
+    }
+
+
+def test_the_challenge_on_open_leaves_what_the_challenge_issued_acceptance_leaves(tenant, chain_routes):
+    route, now = chain_routes["paid"], trusted_now()
+
+    def open_(key: str, steps: list[Step]):
+        return intent_open(tenant=tenant, route=route, rail="onchain", idempotency_key=key, digest="d",
+                           forward_path="run", forward_query="", content_type="", body=b"", request_id=uuid.uuid4(),
+                           now=now, steps=steps, lease=False).intent
+
+    folded = open_("k-folded", [Step("intent", "challenge_issued", {"resource": "http://testserver/r"})])
+    accepted = open_("k-accepted", [])
+    assert accepted.state == "created"
+    assert onchain_challenge(intent=accepted, cause=Cause.request(uuid.uuid4(), tenant.tenant_id),
+                             access=api_access_for("", method="POST"), resource="http://testserver/r").accepted
+    assert _rows(folded) == _rows(accepted)
+    assert _rows(folded)["intent"] == ("challenged", 1, True, True)
+    assert PaymentChallenge.objects.get(intent=folded).requirement == \
+        PaymentChallenge.objects.get(intent=accepted).requirement
+
+
+def test_a_route_whose_network_cannot_take_the_intent_is_opened_created_and_refused_by_the_acceptance(
+        call, tenant, chain_routes, network):
+    network.currency = "eur"  # the token is not the route's currency: no challenge on open
+    network.save()
+    opened = intent_open(tenant=tenant, route=chain_routes["paid"], rail="onchain", idempotency_key="k-eur",
+                         digest="d", forward_path="", forward_query="", content_type="", body=b"",
+                         request_id=uuid.uuid4(), now=trusted_now(),
+                         steps=[Step("intent", "challenge_issued", {"resource": "r"})])
+    assert opened.intent.state == "created" and opened.intent.generation == 0  # the effect refused: rolled back
+    assert list(IntentReceipt.objects.filter(intent=opened.intent).values_list("event", flat=True)) == ["opened"]
+    assert not PaymentChallenge.objects.filter(intent=opened.intent).exists()
+    answer = call("paid", "k-eur-call")
+    assert answer.status_code == 503 and "PAYMENT-REQUIRED" not in answer
+    refused = IntentReceipt.objects.get(intent__idempotency_key="k-eur-call", accepted=False)
+    assert (refused.event, refused.refusal_code) == ("challenge_issued", "NO_CHAIN_NETWORK")
+
+
+def test_only_the_steps_of_an_open_are_taken_on_open(tenant, chain_routes):
+    with pytest.raises(ValueError):
+        intent_open(tenant=tenant, route=chain_routes["paid"], rail="onchain", idempotency_key="k-no", digest="d",
+                    forward_path="", forward_query="", content_type="", body=b"", request_id=uuid.uuid4(),
+                    now=trusted_now(), steps=[Step("intent", "payload_invalid", {"reason": "x"})])
+    assert not PaymentIntent.objects.filter(idempotency_key="k-no").exists()

@@ -65,6 +65,18 @@ class Faults:
 
         return accept
 
+    def _after_open(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        """The gateway's intent_open: its steps on open (the wallet's authorize + hold, the chain's
+        challenge) are accepted in the open's transaction, so a crash after one is a crash after it."""
+        def open_(*args: Any, **kwargs: Any) -> Any:
+            opened = real(*args, **kwargs)
+            if opened.created and opened.intent.generation == 1:  # the steps were taken on open
+                for step in kwargs.get("steps") or []:
+                    self.hit(f"{step.line}.{step.event}")
+            return opened
+
+        return open_
+
     def _after(self, real: Callable[..., Any], point: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             result = real(*args, **kwargs)
@@ -89,6 +101,7 @@ class Faults:
                 (recovery, "intent_accept", self._after_accept(recovery.intent_accept, job=True)),
                 (recovery, "upstream_status_query", self._after(recovery.upstream_status_query, "status_query")),
                 (jobs, "intent_accept", self._after_accept(jobs.intent_accept, job=True)),
+                (views, "intent_open", self._after_open(views.intent_open)),
                 (views, "intent_release_lease", release),
             ):
                 stack.enter_context(mock.patch.object(target, name, wrapper))
