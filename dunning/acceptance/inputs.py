@@ -148,6 +148,16 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class StepRequest:
+    """One edge of a multi-step acceptance (`cycle_accept_steps`): what `cycle_accept_transition`
+    takes for one edge besides the cycle, its expectations, the cause and the time."""
+
+    edge: str
+    evidence: Evidence | None = None
+    params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class TransitionResult:
     accepted: bool
     edge: str
@@ -166,6 +176,8 @@ class TransitionResult:
     # The cycle as this accepted transition left it (invoice, subscription, pending attempt; its
     # policies carry only pk and digest, what `policy_spec` reads), so a caller deciding its next
     # step need not read the row again. The next acceptance's compare-and-set still checks it.
+    # Of several steps accepted in one call, only the last carries it (the earlier steps' row is
+    # the same object, moved on by the steps after them).
     cycle: DunningCycle | None = field(default=None, repr=False, compare=False)
 
     def __bool__(self) -> bool:

@@ -5,13 +5,18 @@ Every call is one durable transaction: lock subscription then cycle (always in t
 two acceptances cannot deadlock), compare-and-set the caller's expectations, apply evidence
 and one FSM edge, recompute the root and the aggregate decision, issue a snapshot when the
 decision changed, and write the transition receipt and outbox rows. A refusal rolls all of
-that back and is recorded in its own transaction as a rejection receipt.
+that back and is recorded in its own transaction as a rejection receipt. `cycle_accept_steps`
+takes several edges of one cycle that way in one transaction (a job's GRACE_ACTIVE →
+GRACE_EXPIRED → RESTRICTING → RESTRICTED), each step as its own call would take it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -22,8 +27,8 @@ from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 from dunning.acceptance.deadlocks import retry_on_deadlock
 from dunning.acceptance.edges import EDGES, invoice_digest, local_idempotency_key
 from dunning.acceptance.guards import EdgeContext, Refusal
-from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
-from dunning.acceptance.locked_read import lock_and_read
+from dunning.acceptance.inputs import Cause, Evidence, Expect, StepRequest, TransitionResult
+from dunning.acceptance.locked_read import LockedRead, lock_and_read
 from dunning.acceptance.settlement import Accepted, settle_subscription
 from dunning.acceptance_scope import acceptance_scope
 from dunning.clock import now_is_not_ahead, trusted_now
@@ -47,28 +52,76 @@ def cycle_accept_transition(
     now: datetime | None = None,
 ) -> TransitionResult:
     """Accept or reject one edge on one cycle. Never raises for an expected refusal."""
-    if edge not in EDGES:
-        raise ValueError(f"unknown edge {edge!r}; known: {', '.join(sorted(EDGES))}")
+    step = StepRequest(edge=edge, evidence=evidence, params=params)
+    return cycle_accept_steps(cycle_pk=cycle_pk, steps=(step,), expect=expect, cause=cause, now=now)[0]
+
+
+class _StepRefused(Exception):
+    def __init__(self, index: int, refusal: Refusal) -> None:
+        super().__init__(f"step {index}: {refusal}")
+        self.index, self.refusal = index, refusal
+
+
+def cycle_accept_steps(
+    *, cycle_pk: int, steps: Sequence[StepRequest], expect: Expect, cause: Cause, now: datetime | None = None,
+) -> list[TransitionResult]:
+    """Accept several edges on one cycle in ONE durable transaction under one lock and one read,
+    each step taken exactly as `cycle_accept_transition` would take it on the row the step before
+    left: its own guards, its compare-and-set (`expect` for the first step, the row as the step
+    before left it for the others), its generation, its receipt, its snapshot and outbox rows.
+    Never raises for an expected refusal.
+
+    It stops at the first refusal: the steps before it stay accepted, the refused step gets its
+    rejection receipt in a transaction of its own (as a call of its own would), the later steps
+    are not tried. A refusal at step k rolls the transaction back and steps 1..k-1 are taken
+    again in a new one: no savepoint per step (two statements each), and no row left in memory
+    as a refused step half changed it."""
+    if not steps:
+        raise ValueError("no steps to accept")
+    for step in steps:
+        if step.edge not in EDGES:
+            raise ValueError(f"unknown edge {step.edge!r}; known: {', '.join(sorted(EDGES))}")
     now = now or trusted_now()
-    evidence = evidence or Evidence()
-    params = dict(params or {})
-
-    def decide() -> TransitionResult:
+    todo = [StepRequest(edge=s.edge, evidence=s.evidence or Evidence(), params=dict(s.params or {})) for s in steps]
+    what = f"acceptance of {'+'.join(s.edge for s in todo)} on cycle {cycle_pk}"
+    results: list[TransitionResult] = []
+    refused: tuple[StepRequest, Refusal] | None = None
+    while todo:
         try:
-            with transaction.atomic(durable=True), acceptance_scope():
-                return _accept_locked(cycle_pk, edge, expect, cause, evidence, params, now)
-        except Refusal as refusal:
-            return _record_rejection(cycle_pk, edge, expect, cause, evidence, now, refusal)
+            # A deadlock victim rolled back entirely; the decision is taken again on the rows as they are now.
+            results = retry_on_deadlock(partial(_accept_all, cycle_pk, tuple(todo), expect, cause, now), what=what)
+            break
+        except _StepRefused as exc:
+            refused, todo = (todo[exc.index], exc.refusal), todo[:exc.index]
+    if refused is not None:
+        step, refusal = refused
+        asked = Expect.from_cycle(results[-1].cycle) if results else expect
+        results.append(retry_on_deadlock(
+            partial(_record_rejection, cycle_pk, step.edge, asked, cause, step.evidence, now, refusal),
+            what=f"rejection of {step.edge} on cycle {cycle_pk}"))
+    return results
 
-    # A deadlock victim rolled back entirely; the decision is taken again on the rows as they are now.
-    return retry_on_deadlock(decide, what=f"acceptance of {edge} on cycle {cycle_pk}")
+
+def _accept_all(cycle_pk: int, steps: Sequence[StepRequest], expect: Expect, cause: Cause,
+                now: datetime) -> list[TransitionResult]:
+    """Every step or none (`_StepRefused` names the first refused one)."""
+    results: list[TransitionResult] = []
+    with transaction.atomic(durable=True), acceptance_scope():
+        read = lock_and_read(cycle_pk)
+        for index, step in enumerate(steps):
+            asked = Expect.from_cycle(read.cycle) if index else expect
+            try:
+                results.append(_accept_locked(read, step.edge, asked, cause, step.evidence, step.params, now))
+            except Refusal as refusal:
+                raise _StepRefused(index, refusal) from None
+    return [replace(r, cycle=None) for r in results[:-1]] + results[-1:]
 
 
 def _accept_locked(
-    cycle_pk: int, edge: str, expect: Expect, cause: Cause,
+    read: LockedRead, edge: str, expect: Expect, cause: Cause,
     evidence: Evidence, params: dict[str, Any], now: datetime,
 ) -> TransitionResult:
-    read = lock_and_read(cycle_pk)
+    """One edge on the rows `read` locked, as the step before (if any) left them in memory."""
     subscription, cycle = read.subscription, read.cycle
     _compare_and_set(expect, cycle, subscription)
     ctx = EdgeContext(

@@ -70,8 +70,9 @@ def _mirror_differs(cycle: DunningCycle, inv: ProviderInvoice, facts: tuple[Fact
 
 
 def plan_next_step(cycle: DunningCycle, inv: ProviderInvoice, *, decline_code: str,
-                   facts: tuple[FactSpec, ...], facts_applied: bool = False) -> Step | None:
-    state = cycle.state
+                   facts: tuple[FactSpec, ...], facts_applied: bool = False, state: str = "") -> Step | None:
+    """`state`: plan as if the cycle stood there (an edge about to be taken moves only its state)."""
+    state = state or cycle.state
     spec = policy_spec(cycle.policy)
     local = cycle.invoice
     settled_or_held = state in (S.RECOVERED, S.CLOSED_VOID, S.CANCELED, S.EVIDENCE_CONFLICT)

@@ -17,8 +17,8 @@ from django.conf import settings
 from django.db.models import Q
 
 from dunning.acceptance.guards import active_incident, attempts_made
-from dunning.acceptance.inputs import Cause, Evidence, Expect, TransitionResult
-from dunning.acceptance.transitions import cycle_accept_transition
+from dunning.acceptance.inputs import Cause, Evidence, Expect, StepRequest, TransitionResult
+from dunning.acceptance.transitions import cycle_accept_steps
 from dunning.actions.alerts import alert_raise
 from dunning.actions.local_retry import retry_dispatch, retry_resolve
 from dunning.actions.retry_now import customer_payment_resolve
@@ -26,29 +26,37 @@ from dunning.actions.unknown_owner import unknown_owner_pick
 from dunning.claims import claim
 from dunning.clock import trusted_now
 from dunning.evidence.fresh_fetch import invoice_fetch_fresh, receipt_evidence
-from dunning.evidence.next_edge import reconcile_and_read
+from dunning.evidence.next_edge import invoice_facts, plan_next_step, reconcile_and_read
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, due_in_order, scheduled_job
 from dunning.jobs.row_pool import claimed_in_threads, provider_io_threads
-from dunning.models import DunningCycle, DunningPolicy
+from dunning.models import DunningCycle, DunningPolicy, ProviderReceipt
 from dunning.policy.cache import policy_spec
 from dunning.reads.cycles import cycle_read
 from dunning.states import GRACE_DEADLINE_STATES, NO_RETRY_CLASSES, AttemptState, CycleState
-from subscriptions.providers.base import ProviderError
+from subscriptions.providers.base import ProviderError, ProviderInvoice
 
 S = CycleState
 CLAIM = "cycle"  # one namespace: two jobs never work on the same cycle at once
+Fresh = tuple[ProviderInvoice, ProviderReceipt, datetime]  # a fresh fetch: invoice, receipt, the time to act at
 
 
 def _ask(run: JobReport, cycle: DunningCycle, edge: str, evidence: Evidence | None = None, *,
          now: datetime | None = None, **params: object) -> TransitionResult:
-    result = cycle_accept_transition(cycle_pk=cycle.pk, edge=edge, expect=Expect.from_cycle(cycle),
-                                     cause=Cause.job(run.job), evidence=evidence, params=params, now=now or run.now)
-    if result.accepted:
-        run.changed += 1
-    else:
-        run.refused += 1
-        run.note(f"cycle {cycle.cycle_id}: {edge} refused: {result.reason} {result.detail}")
-    return result
+    return _ask_steps(run, cycle, [StepRequest(edge=edge, evidence=evidence, params=params)], now=now)[0]
+
+
+def _ask_steps(run: JobReport, cycle: DunningCycle, steps: list[StepRequest], *,
+               now: datetime | None = None) -> list[TransitionResult]:
+    """The steps in one acceptance (each counted as its own call would be); they stop at a refusal."""
+    results = cycle_accept_steps(cycle_pk=cycle.pk, steps=steps, expect=Expect.from_cycle(cycle),
+                                 cause=Cause.job(run.job), now=now or run.now)
+    for result in results:
+        if result.accepted:
+            run.changed += 1
+        else:
+            run.refused += 1
+            run.note(f"cycle {cycle.cycle_id}: {result.edge} refused: {result.reason} {result.detail}")
+    return results
 
 
 def _each_claimed(run: JobReport, queryset, due_field: str):  # noqa: ANN001, ANN202
@@ -87,11 +95,31 @@ def grace_expiry(run: JobReport) -> None:
 
 
 def _expire_then_restrict(run: JobReport, cycle: DunningCycle) -> None:
+    """Grace ends, and restriction follows at once on a fresh unpaid receipt: the invoice is fetched
+    first, and when the receipt leaves the cycle where expiry puts it, the three edges are taken
+    in one acceptance (one transaction instead of three). A receipt that moves the cycle (paid,
+    void, a mirror to correct) is applied after expiry, as a step of its own, before restriction."""
     if cycle.state not in GRACE_DEADLINE_STATES or cycle.grace_expires_at > run.now:
         return  # another worker or an event got there first
-    expired = _ask(run, cycle, "expire_grace")
-    if expired:
-        _escalate_with_fresh_receipt(run, cycle.pk, RESTRICT, expired.cycle)
+    incident = active_incident(cycle.subscription.cohort)
+    fresh = None if incident is not None else _fetch_fresh(run, cycle)
+    if fresh is None:  # restriction paused, or the provider did not answer: grace still ends
+        if _ask(run, cycle, "expire_grace") and incident is not None:
+            _note_paused(run, cycle, RESTRICT, incident.ticket)
+        return
+    inv, receipt, at = fresh
+    cycle = cycle_read(cycle.pk)  # not the row read before the fetch: a webhook may have moved it meanwhile
+    if cycle.state not in GRACE_DEADLINE_STATES or cycle.grace_expires_at > run.now:
+        _escalate_on(run, cycle, RESTRICT, fresh, just_read=True)  # the receipt is applied all the same
+        return
+    facts = invoice_facts(inv, decline_code="", now=at)
+    if plan_next_step(cycle, inv, decline_code="", facts=facts, state=S.GRACE_EXPIRED) is not None:
+        expired = _ask(run, cycle, "expire_grace")
+        if expired:
+            _escalate_on(run, expired.cycle, RESTRICT, fresh, just_read=True)
+        return
+    begin, complete = _escalation_steps(RESTRICT, inv, receipt)
+    _ask_steps(run, cycle, [StepRequest(edge="expire_grace"), begin, complete], now=at)
 
 
 @scheduled_job("restriction", "GRACE_EXPIRED / RESTRICTING cycles: fetch the invoice; restrict only if it is "
@@ -102,10 +130,9 @@ def restriction(run: JobReport) -> None:
                        lambda part, cycle: _escalate_with_fresh_receipt(part, cycle.pk, RESTRICT, cycle))
 
 
-def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: ANN202
-    """Fetch the invoice and let the evidence move the cycle first (paid → RECOVERED, void →
-    CLOSED_VOID). Returns (invoice, receipt, the cycle as it stands after the evidence was
-    applied, the time to act at) or None when the fetch failed.
+def _fetch_fresh(run: JobReport, cycle: DunningCycle) -> Fresh | None:
+    """Fetch the invoice: (invoice, receipt, the time to act at), or None when the fetch failed
+    (counted as an error; nothing changes and the next run tries again).
 
     A long sweep's `now` falls behind the clock that stamps receipts; acting at the later of the
     two keeps a receipt fetched a moment ago fresh. It never acts earlier than the run's `now`, so
@@ -116,12 +143,19 @@ def _settle_from_fresh_receipt(run: JobReport, cycle: DunningCycle):  # noqa: AN
         run.errors += 1
         run.note(f"cycle {cycle.cycle_id}: fetch failed, nothing changed, retried next run: {exc}")
         return None
-    at = max(run.now, trusted_now())
+    return inv, receipt, max(run.now, trusted_now())
+
+
+def _reconcile(run: JobReport, cycle: DunningCycle, fresh: Fresh, *, just_read: bool = False) -> DunningCycle:
+    """Let the evidence move the cycle first (paid → RECOVERED, void → CLOSED_VOID); returns the
+    cycle as it stands after the evidence was applied. `just_read`: `cycle` was read (or left by
+    an acceptance) after the fetch, so the walk plans on it instead of reading it again."""
+    inv, receipt, at = fresh
     results, current = reconcile_and_read(cycle_pk=cycle.pk, inv=inv, receipt=receipt, decline_code="",
-                                          cause=Cause.job(run.job), now=at)
+                                          cause=Cause.job(run.job), now=at, cycle=cycle if just_read else None)
     run.changed += sum(1 for r in results if r.accepted and r.edge != "record_evidence")
     # Not the row read before the fetch: a webhook may have moved the cycle meanwhile.
-    return inv, receipt, (current or cycle_read(cycle.pk)), at
+    return current or cycle_read(cycle.pk)
 
 
 @dataclass(frozen=True)
@@ -148,19 +182,33 @@ def _escalate_with_fresh_receipt(run: JobReport, pk: int, step: Escalation, cycl
         return
     incident = active_incident(cycle.subscription.cohort)
     if incident is not None and cycle.state == step.first[0]:
-        run.refused += 1
-        run.note(f"cycle {cycle.cycle_id}: {step.what} paused by incident {incident.ticket}")
+        _note_paused(run, cycle, step, incident.ticket)
         return
-    fresh = _settle_from_fresh_receipt(run, cycle)
-    if fresh is None:
-        return
-    inv, receipt, cycle, at = fresh
-    for state, edge, cites in (step.first, step.second):
-        if cycle.state == state:
-            asked = _ask(run, cycle, edge, receipt_evidence(inv, receipt) if cites else None, now=at)
-            if not asked or state == step.second[0]:
-                return
-            cycle = asked.cycle  # the second step is decided on the row the first one left
+    fresh = _fetch_fresh(run, cycle)
+    if fresh is not None:
+        _escalate_on(run, cycle, step, fresh)
+
+
+def _escalate_on(run: JobReport, cycle: DunningCycle, step: Escalation, fresh: Fresh, *,
+                 just_read: bool = False) -> None:
+    """Apply the receipt, then take the escalation's edges from where the cycle stands, in one
+    acceptance; the second is decided on the row the first one left."""
+    cycle = _reconcile(run, cycle, fresh, just_read=just_read)
+    first, second = _escalation_steps(step, fresh[0], fresh[1])
+    if cycle.state == step.first[0]:
+        _ask_steps(run, cycle, [first, second], now=fresh[2])
+    elif cycle.state == step.second[0]:
+        _ask_steps(run, cycle, [second], now=fresh[2])
+
+
+def _escalation_steps(step: Escalation, inv: ProviderInvoice, receipt: ProviderReceipt) -> list[StepRequest]:
+    return [StepRequest(edge=edge, evidence=receipt_evidence(inv, receipt) if cites else None)
+            for _, edge, cites in (step.first, step.second)]
+
+
+def _note_paused(run: JobReport, cycle: DunningCycle, step: Escalation, ticket: str) -> None:
+    run.refused += 1
+    run.note(f"cycle {cycle.cycle_id}: {step.what} paused by incident {ticket}")
 
 
 def _check_overdue_provider_retries(run: JobReport) -> None:
@@ -173,8 +221,8 @@ def _check_overdue_provider_retries(run: JobReport) -> None:
 
 
 def _settle_overdue_retry(run: JobReport, cycle: DunningCycle) -> None:
-    if cycle.state == S.RETRY_SCHEDULED:
-        _settle_from_fresh_receipt(run, cycle)
+    if cycle.state == S.RETRY_SCHEDULED and (fresh := _fetch_fresh(run, cycle)) is not None:
+        _reconcile(run, cycle, fresh)
 
 
 # --- cancellation -------------------------------------------------------------------------------

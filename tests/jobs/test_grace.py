@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from dunning.acceptance.guards import fresh_receipt_max_age
 from dunning.jobs.framework import job_run
@@ -47,6 +49,30 @@ def test_expired_grace_restricts_with_a_fresh_unpaid_receipt(in_grace, time_mach
     assert abs(restriction.trusted_time - evidence.fetched_at) <= fresh_receipt_max_age()
     assert (run.changed, run.errors, run.status) == (3, 0, "OK")
     assert JobRun.objects.filter(job="grace_expiry", status="OK").count() == 1
+
+
+def test_expiry_and_restriction_are_one_acceptance_after_the_fetch(in_grace, time_machine, sim):
+    """The sweep fetches first and, on an unpaid receipt, takes GRACE_ACTIVE → GRACE_EXPIRED →
+    RESTRICTING → RESTRICTED in one transaction: one lock of the rows, three receipts."""
+    _, invoice_id, cycle = in_grace
+    time_machine.move_to(cycle.grace_expires_at + timedelta(minutes=1), tick=True)
+    with CaptureQueriesContext(connection) as queries:
+        run = job_run("grace_expiry")
+    cycle = cycle_of(invoice_id)
+    assert cycle.state == "RESTRICTED" and (run.changed, run.refused, run.errors) == (3, 0, 0), run.detail
+    assert edges(cycle)[-3:] == ["expire_grace", "begin_restriction", "complete_restriction"]
+    assert sum("FOR UPDATE OF" in q["sql"] for q in queries.captured_queries) == 1
+
+
+def test_a_paid_receipt_still_ends_grace_then_recovers(in_grace, time_machine, sim):
+    """A receipt that moves the cycle is applied as before: grace ends, then the evidence recovers it."""
+    customer, invoice_id, cycle = in_grace
+    time_machine.move_to(cycle.grace_expires_at + timedelta(minutes=1), tick=True)
+    pay_without_webhook(sim, customer, invoice_id)
+    run = job_run("grace_expiry")
+    cycle = cycle_of(invoice_id)
+    assert cycle.state == "RECOVERED" and run.refused == 0, run.detail
+    assert edges(cycle)[-2:] == ["expire_grace", "recover"] and edges(cycle, accepted=False) == []
 
 
 def test_payment_found_by_the_fresh_fetch_recovers_instead(in_grace, time_machine, sim):
@@ -94,8 +120,10 @@ def test_failed_fetch_restricts_nothing_counts_and_is_retried(in_grace, time_mac
     assert cycle.subscription.entitlement_profile == "READ_EXPORT_NO_NEW_JOBS", "still the grace profile"
     assert (run.errors, run.status) == (1, "PARTIAL") and "fetch failed" in run.detail
     sim.faults.clear()
-    retry = job_run("restriction")
+    with CaptureQueriesContext(connection) as queries:
+        retry = job_run("restriction")
     assert cycle_of(invoice_id).state == "RESTRICTED", retry.detail
+    assert sum("FOR UPDATE OF" in q["sql"] for q in queries.captured_queries) == 1, "begin + complete: one acceptance"
 
 
 def test_a_now_ahead_of_the_trusted_clock_takes_no_step(in_grace, sim, time_machine):
@@ -163,9 +191,12 @@ def test_cancellation_after_the_restricted_period_needs_a_fresh_receipt(in_grace
     failed = job_run("cancellation")
     assert failed.errors == 1 and cycle_of(invoice_id).state == "RESTRICTED"
     sim.faults.clear()
-    job_run("cancellation")
+    with CaptureQueriesContext(connection) as queries:
+        job_run("cancellation")
     cycle = cycle_of(invoice_id)
     assert cycle.state == "CANCELED" and cycle.subscription.entitlement_profile == "REVOKED"
+    assert edges(cycle)[-2:] == ["request_cancellation", "cancel"]
+    assert sum("FOR UPDATE OF" in q["sql"] for q in queries.captured_queries) == 1, "request + cancel: one acceptance"
     cancel = Receipt.objects.get(cycle=cycle, edge="cancel", accepted=True)
     assert cancel.evidence_receipt.status == "open"
 
