@@ -28,6 +28,16 @@ def _signed(chain, network, value: int = 1) -> tuple[str, str]:
     return "0x" + signed.raw_transaction.hex(), "0x" + signed.hash.hex()
 
 
+def _mined(network, tx_hash: str) -> dict:
+    """The receipt of a transaction sent under automine: anvil mines it in a task of its own, so on
+    a loaded machine the receipt can lag the send by a moment (CI once read None right after it)."""
+    deadline = time.monotonic() + 10
+    while (receipt := rpc.get_receipt(network, tx_hash)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert receipt is not None, f"{tx_hash} was not mined within 10 s under automine"
+    return receipt
+
+
 def test_drop_transaction_forgets_a_pending_one(chain, network):
     chain.require_anvil("anvil_dropTransaction")
     chain.set_automine(False)
@@ -50,7 +60,7 @@ def test_reorg_removes_a_mined_transaction_then_the_same_bytes_return(chain, net
     chain.require_anvil("anvil_reorg")
     raw, tx_hash = _signed(chain, network, value=9)
     rpc.send_raw_transaction(network, raw)
-    receipt = rpc.get_receipt(network, tx_hash)
+    receipt = _mined(network, tx_hash)
     chain.mine(depth - 1)  # the tx is now `depth` blocks deep
     head = chain.block_number()
     chain.reorg(depth)
