@@ -125,8 +125,8 @@ def test_lead_records_a_verdict_and_reads_the_trend(live_server, new_page, lead,
 
     page.goto(f"{live_server.url}{reverse('admin:dunning_samplereview_changelist')}")
     page.click("#trend-link")
-    chart = page.locator("#trend-chart svg")
-    assert chart.count() == 1
+    page.wait_for_selector("#trend-chart svg")  # click returns once the navigation starts, not when the page is in
+    assert page.locator("#trend-chart svg").count() == 1
     assert page.locator("#trend-chart rect.bar-correct").count() == 3
     assert page.locator("#trend-chart rect.bar-unreviewed").count() == 3  # the oldest week is fully reviewed
     assert page.locator("#trend-chart circle.disagreement-point").count() == 4
