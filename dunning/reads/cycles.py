@@ -12,27 +12,28 @@ from dunning.models import DunningCycle, DunningPolicy, PaymentAttempt
 from dunning.policy.cache import POLICY_DEFERRED, deferred_policy
 from subscriptions.models import Invoice, Subscription
 
-# `cycle_read_for_invoice` by hand on PostgreSQL: the ORM compiled this five-table read (about
-# 130 columns) for every paid event, a fifth of its processing.
-FOR_INVOICE_SQL = """
+# `cycle_read` and `cycle_read_for_invoice` by hand on PostgreSQL: the ORM compiled this
+# five-table read (about 130 columns) for every paid event, a fifth of its processing, and twice
+# per cycle of a grace sweep.
+READ_SQL = """
 SELECT {cycle}, {invoice}, {subscription}, {policy}, {attempt}
 FROM dunning_dunningcycle c
 JOIN subscriptions_invoice i ON i.id = c.invoice_id
 JOIN subscriptions_subscription s ON s.id = c.subscription_id
 JOIN dunning_dunningpolicy p ON p.id = c.policy_id
 LEFT JOIN dunning_paymentattempt a ON a.id = c.pending_attempt_id
-WHERE i.provider = %(provider)s AND i.provider_invoice_id = %(invoice)s
-ORDER BY c.id LIMIT 1
 """
+BY_PK = "WHERE c.id = %(cycle)s"
+FOR_INVOICE = "WHERE i.provider = %(provider)s AND i.provider_invoice_id = %(invoice)s ORDER BY c.id LIMIT 1"
 _PARTS = ((DunningCycle, "c", ()), (Invoice, "i", ()), (Subscription, "s", ()), (DunningPolicy, "p", POLICY_DEFERRED),
           (PaymentAttempt, "a", ()))
 
 
 @cache
-def _for_invoice_sql() -> str:
+def _read_sql(where: str) -> str:
     names = ("cycle", "invoice", "subscription", "policy", "attempt")
-    return FOR_INVOICE_SQL.format(**{name: row_loader(model, alias, but).columns
-                                     for name, (model, alias, but) in zip(names, _PARTS, strict=True)})
+    return READ_SQL.format(**{name: row_loader(model, alias, but).columns
+                              for name, (model, alias, but) in zip(names, _PARTS, strict=True)}) + where
 
 
 def _for_next_step() -> QuerySet[DunningCycle]:
@@ -43,7 +44,12 @@ def _for_next_step() -> QuerySet[DunningCycle]:
 def cycle_read(cycle_pk: int) -> DunningCycle:
     """A cycle with what deciding its next step reads (invoice, policy, subscription, pending
     attempt); the policy's document stays deferred, its spec comes from the cache."""
-    return _for_next_step().get(pk=cycle_pk)
+    if connection.vendor != "postgresql":
+        return _for_next_step().get(pk=cycle_pk)
+    cycle = _read_one(BY_PK, {"cycle": cycle_pk})
+    if cycle is None:
+        raise DunningCycle.DoesNotExist(f"no dunning cycle {cycle_pk}")
+    return cycle
 
 
 def cycle_read_for_invoice(provider: str, provider_invoice_id: str) -> DunningCycle | None:
@@ -52,9 +58,13 @@ def cycle_read_for_invoice(provider: str, provider_invoice_id: str) -> DunningCy
     if connection.vendor != "postgresql":
         return _for_next_step().filter(invoice__provider=provider,
                                        invoice__provider_invoice_id=provider_invoice_id).first()
+    return _read_one(FOR_INVOICE, {"provider": provider, "invoice": provider_invoice_id})
+
+
+def _read_one(where: str, params: dict[str, object]) -> DunningCycle | None:
     loaders = [row_loader(model, alias, but) for model, alias, but in _PARTS]
     with connection.cursor() as cursor:
-        cursor.execute(_for_invoice_sql(), {"provider": provider, "invoice": provider_invoice_id})
+        cursor.execute(_read_sql(where), params)
         row = cursor.fetchone()
     if row is None:
         return None
