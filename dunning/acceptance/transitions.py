@@ -106,12 +106,14 @@ def _accept_all(cycle_pk: int, steps: Sequence[StepRequest], expect: Expect, cau
                 now: datetime) -> list[TransitionResult]:
     """Every step or none (`_StepRefused` names the first refused one)."""
     results: list[TransitionResult] = []
+    clocks_passed: set[str] = set()
     with transaction.atomic(durable=True), acceptance_scope():
         read = lock_and_read(cycle_pk)
         for index, step in enumerate(steps):
             asked = Expect.from_cycle(read.cycle) if index else expect
             try:
-                results.append(_accept_locked(read, step.edge, asked, cause, step.evidence, step.params, now))
+                results.append(_accept_locked(read, step.edge, asked, cause, step.evidence, step.params, now,
+                                              clocks_passed))
             except Refusal as refusal:
                 raise _StepRefused(index, refusal) from None
     return [replace(r, cycle=None) for r in results[:-1]] + results[-1:]
@@ -119,9 +121,11 @@ def _accept_all(cycle_pk: int, steps: Sequence[StepRequest], expect: Expect, cau
 
 def _accept_locked(
     read: LockedRead, edge: str, expect: Expect, cause: Cause,
-    evidence: Evidence, params: dict[str, Any], now: datetime,
+    evidence: Evidence, params: dict[str, Any], now: datetime, clocks_passed: set[str],
 ) -> TransitionResult:
-    """One edge on the rows `read` locked, as the step before (if any) left them in memory."""
+    """One edge on the rows `read` locked, as the step before (if any) left them in memory.
+    `clocks_passed`: the clocks this acceptance already found `now` not ahead of; every step asks
+    at the same `now` and a clock only moves forward, so each is read once per acceptance."""
     subscription, cycle = read.subscription, read.cycle
     _compare_and_set(expect, cycle, subscription)
     ctx = EdgeContext(
@@ -131,13 +135,14 @@ def _accept_locked(
     )
     from_state = cycle.state
     rule = EDGES[edge]
-    if rule.time_guarded:
+    if rule.time_guarded and ctx.spec.clock not in clocks_passed:
         # A catch-up may act at a past `now`, never at one the trusted clock has not reached:
         # `run_jobs --now <days ahead>` must not take a step early that a later run would finish.
         ok, clock = now_is_not_ahead(now, ctx.spec.clock)
         if not ok:
             raise Refusal("NOW_AFTER_TRUSTED_CLOCK", f"asked at {now.isoformat()}, trusted clock reads "
                                                      f"{clock.isoformat()}")
+        clocks_passed.add(ctx.spec.clock)
     if rule.moves_cycle and not can_proceed(getattr(cycle, edge), check_conditions=False):
         raise Refusal("EDGE_NOT_ALLOWED", f"{edge} is not an edge from {from_state}")
     invoice_changed = _apply_invoice_evidence(ctx)
