@@ -91,11 +91,12 @@ def _restricted_count() -> int:
 
 
 def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float = 0.0, workers: int = 1,
-              network: Sequence[str] = (), worker_env: dict[str, str] | None = None, trace_every: float = 5.0
-              ) -> dict[str, Any]:
+              network: Sequence[str] = (), worker_env: dict[str, str] | None = None, trace_every: float = 5.0,
+              measure: bool = False) -> dict[str, Any]:
     """Seed `size` due cycles and run the grace_expiry job over them in `workers` concurrent
     processes (the job's claims let them share the due rows: a row another worker holds is skipped).
 
+    `measure`: one worker on one thread counting statements and CPU per cycle (bench.sweep_worker --measure).
     `network`: the simulator's realism flags; `worker_env`: more environment for the workers (e.g.
     DUNNING_PROVIDER_IO_THREADS); `trace_every`: seconds between progress samples. The result
     carries the simulator's own counters (`sim_stats`: requests seen, 429s answered)."""
@@ -114,7 +115,8 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
 
     env = child_env(DATABASE_URL=db_url(database), STRIPE_API_BASE=api_base, STRIPE_TIMEOUT_SECONDS="30",
                     **(worker_env or {}))
-    argv = [PYTHON, "-m", "bench.sweep_worker"] + (["--profile", profile] if profile else [])
+    argv = ([PYTHON, "-m", "bench.sweep_worker"] + (["--profile", profile] if profile else [])
+            + (["--measure"] if measure else []))
     started, started_epoch = time.monotonic(), time.time()
     procs = [SweepWorker(argv, env) for _ in range(workers)]
     say(tag, f"grace_expiry over {size} due cycles in {workers} worker subprocess(es) "
@@ -195,6 +197,11 @@ def phase_sweep(args: argparse.Namespace) -> dict[str, Any]:
         path = OUT_DIR / "sweep_profile.txt"
         prof = run_sweep(args.profile_size, tag="sweep_profile", profile=str(path))
         profile = {"size": args.profile_size, "file": str(path), "wall_seconds": prof["wall_seconds"]}
+        measured = run_sweep(args.profile_size, tag="sweep_measure", measure=True)["workers_detail"][0]["measure"]
+        profile["measure"] = {k: v for k, v in measured.items() if k != "sample"}
+        say("sweep_measure", f"per cycle, one thread: {measured['statements_per_cycle']:.1f} statements "
+                             f"{measured['by_kind_per_cycle']}, job CPU {measured['job_cpu_ms_per_cycle']:.1f} ms, "
+                             f"PostgreSQL backend CPU {measured['db_cpu_ms_per_cycle']:.1f} ms")
     big = runs[str(large)]
     wall_large = big["extrapolated_wall_seconds"] if big.get("partial") else big["wall_seconds"]
     ratio = wall_large / runs[str(small)]["wall_seconds"] if wall_large else None

@@ -5,6 +5,9 @@ Prints ``STARTED <epoch>`` when the job begins, ``PROGRESS <text>`` lines while 
 ``RESULT <json>`` line at the end:
 wall time of the job, the JobRun counters and this process's peak RSS (VmHWM).
 With --profile the run is sampled by pyinstrument and the text report is written to FILE.
+With --measure the job runs on one thread (DUNNING_PROVIDER_IO_THREADS=1) and the result gains
+what one cycle costs in process: the statements it sends (by kind), this process's CPU and the
+CPU of its PostgreSQL backend (read from /proc: the bench runs the database on this machine).
 """
 
 from __future__ import annotations
@@ -23,11 +26,58 @@ def _vm_hwm_kb() -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
 
 
+def _backend_cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+class _Measure:
+    """Statements (django's CaptureQueriesContext on the job's one connection), this process's
+    CPU and its PostgreSQL backend's CPU over the run."""
+
+    def __enter__(self) -> _Measure:
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            self.backend = cursor.fetchone()[0]
+        self.captured = CaptureQueriesContext(connection)
+        self.captured.__enter__()
+        self.cpu, self.db_cpu = time.process_time(), _backend_cpu_seconds(self.backend)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu, self.db_cpu = time.process_time() - self.cpu, _backend_cpu_seconds(self.backend) - self.db_cpu
+        self.captured.__exit__(*exc)
+
+    def result(self, cycles: int) -> dict:
+        kinds: dict[str, int] = {}
+        for query in self.captured.captured_queries:
+            sql = query["sql"].lstrip()
+            kind = sql.split(None, 1)[0].upper() if sql else "?"
+            if kind == "WITH":  # a data-modifying CTE statement: named by what it writes
+                kind = "WITH(" + "+".join(sorted({w for w in ("INSERT", "UPDATE") if w in sql.upper()})) + ")"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        n = max(cycles, 1)
+        return {"measure": {
+            "cycles": cycles, "statements": len(self.captured.captured_queries),
+            "statements_per_cycle": len(self.captured.captured_queries) / n,
+            "by_kind_per_cycle": {k: round(v / n, 2) for k, v in sorted(kinds.items())},
+            "job_cpu_ms_per_cycle": 1000 * self.cpu / n, "db_cpu_ms_per_cycle": 1000 * self.db_cpu / n,
+            "sample": [q["sql"][:300] for q in self.captured.captured_queries[:80]],
+        }}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sweep_worker")
     parser.add_argument("--profile", default="")
+    parser.add_argument("--measure", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    if args.measure:
+        os.environ["DUNNING_PROVIDER_IO_THREADS"] = "1"  # every statement on this thread's connection
     import django
 
     django.setup()
@@ -41,8 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         profiler = Profiler(interval=0.002)
         profiler.start()
     print(f"STARTED {time.time()}", flush=True)  # the job's own start, after django.setup(): the trace's origin
+    measure = _Measure() if args.measure else None
     began = time.perf_counter()
-    record = job_run("grace_expiry", progress=lambda text: print(f"PROGRESS {text}", flush=True))
+    if measure is not None:
+        with measure:
+            record = job_run("grace_expiry", progress=lambda text: print(f"PROGRESS {text}", flush=True))
+    else:
+        record = job_run("grace_expiry", progress=lambda text: print(f"PROGRESS {text}", flush=True))
     wall = time.perf_counter() - began
     if profiler is not None:
         profiler.stop()
@@ -56,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         # (which seeded the rows in memory), so it is kept for the record, not reported.
         "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "detail": record.detail[:2000],
+        **(measure.result(record.examined) if measure is not None else {}),
     }
     print("RESULT " + json.dumps(result), flush=True)
     return 0
