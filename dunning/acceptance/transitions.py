@@ -24,6 +24,7 @@ from django.db.models import Max
 from django.db.models.functions import Coalesce
 from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 
+from dunning.acceptance.cycle_writes import CycleWrites
 from dunning.acceptance.deadlocks import retry_on_deadlock
 from dunning.acceptance.edges import EDGES, invoice_digest, local_idempotency_key
 from dunning.acceptance.guards import EdgeContext, Refusal
@@ -75,7 +76,10 @@ def cycle_accept_steps(
     rejection receipt in a transaction of its own (as a call of its own would), the later steps
     are not tried. A refusal at step k rolls the transaction back and steps 1..k-1 are taken
     again in a new one: no savepoint per step (two statements each), and no row left in memory
-    as a refused step half changed it."""
+    as a refused step half changed it.
+
+    The cycle row itself is written once, after the last step (dunning.acceptance.cycle_writes:
+    one UPDATE with the first step's compare-and-set, one history row per step)."""
     if not steps:
         raise ValueError("no steps to accept")
     for step in steps:
@@ -109,23 +113,30 @@ def _accept_all(cycle_pk: int, steps: Sequence[StepRequest], expect: Expect, cau
     clocks_passed: set[str] = set()
     with transaction.atomic(durable=True), acceptance_scope():
         read = lock_and_read(cycle_pk)
+        writes = CycleWrites(read.cycle)
         for index, step in enumerate(steps):
             asked = Expect.from_cycle(read.cycle) if index else expect
             try:
                 results.append(_accept_locked(read, step.edge, asked, cause, step.evidence, step.params, now,
-                                              clocks_passed))
+                                              clocks_passed, writes))
             except Refusal as refusal:
                 raise _StepRefused(index, refusal) from None
+        try:
+            writes.flush()  # the cycle row as the last step left it, with the first step's compare-and-set
+        except ConcurrentTransition:
+            raise _StepRefused(0, Refusal("STALE_CYCLE_GENERATION", "the cycle changed while this transition "
+                                                                    "was applied")) from None
     return [replace(r, cycle=None) for r in results[:-1]] + results[-1:]
 
 
 def _accept_locked(
     read: LockedRead, edge: str, expect: Expect, cause: Cause,
-    evidence: Evidence, params: dict[str, Any], now: datetime, clocks_passed: set[str],
+    evidence: Evidence, params: dict[str, Any], now: datetime, clocks_passed: set[str], writes: CycleWrites,
 ) -> TransitionResult:
     """One edge on the rows `read` locked, as the step before (if any) left them in memory.
     `clocks_passed`: the clocks this acceptance already found `now` not ahead of; every step asks
-    at the same `now` and a clock only moves forward, so each is read once per acceptance."""
+    at the same `now` and a clock only moves forward, so each is read once per acceptance.
+    `writes`: where the cycle row is staged, written when the last step is taken."""
     subscription, cycle = read.subscription, read.cycle
     _compare_and_set(expect, cycle, subscription)
     ctx = EdgeContext(
@@ -154,7 +165,7 @@ def _accept_locked(
     if from_state not in TERMINAL_STATES and (rule.moves_cycle or rule.writes_cycle or invoice_changed):
         cycle.generation += 1
         try:
-            cycle.save()
+            writes.stage()
         except ConcurrentTransition:
             raise Refusal("STALE_CYCLE_GENERATION", "the cycle changed while this transition was applied") from None
     settled = settle_subscription(subscription=subscription, changed_cycle=cycle, now=now, accepted=Accepted(
