@@ -18,10 +18,11 @@ class CauseKind(models.TextChoices):
 
 
 class TransitionReceipt(AppendOnlyModel):
+    # No index of their own: receipt_sub_recent / receipt_cycle_recent lead with them.
     subscription = models.ForeignKey("subscriptions.Subscription", on_delete=models.PROTECT,
-                                     related_name="transition_receipts")
+                                     related_name="transition_receipts", db_index=False)
     cycle = models.ForeignKey("dunning.DunningCycle", null=True, blank=True, on_delete=models.PROTECT,
-                              related_name="transition_receipts")
+                              related_name="transition_receipts", db_index=False)
     edge = models.CharField(max_length=64)
     accepted = models.BooleanField()
     from_state = models.CharField(max_length=32, blank=True, default="")
