@@ -11,11 +11,14 @@ from django.db import migrations, models
 # object's history, the money gate), `subscription_id` (dunning/admin/timeline.py) and `invoice_id`
 # (the simulation's reconciliation check), newest first; the receipts
 # by subscription and by cycle through receipt_sub_recent / receipt_cycle_recent, which lead with
-# the same column (PROTECT's checks use them too). The receipts' two indexes are dropped without
+# the same column (PROTECT's checks use them too); the provider receipts by invoice through
+# receipt_invoice_fetched, which leads with invoice_id. Those three indexes are dropped without
 # Django's AlterField SQL, which would also drop and re-validate the foreign keys.
 
-RECEIPT_INDEXES = (("dunning_transitionreceipt_cycle_id_a7e01675", "cycle_id"),
-                   ("dunning_transitionreceipt_subscription_id_9e63692d", "subscription_id"))
+RECEIPT_INDEXES = (("dunning_transitionreceipt", "dunning_transitionreceipt_cycle_id_a7e01675", "cycle_id"),
+                   ("dunning_transitionreceipt", "dunning_transitionreceipt_subscription_id_9e63692d",
+                    "subscription_id"),
+                   ("dunning_providerreceipt", "dunning_providerreceipt_invoice_id_e6eb428d", "invoice_id"))
 
 
 class Migration(migrations.Migration):
@@ -79,11 +82,15 @@ class Migration(migrations.Migration):
                     name='subscription',
                     field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='transition_receipts', to='subscriptions.subscription'),
                 ),
+                migrations.AlterField(
+                    model_name='providerreceipt',
+                    name='invoice',
+                    field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='receipts', to='subscriptions.invoice'),
+                ),
             ],
             database_operations=[
-                migrations.RunSQL(f'DROP INDEX IF EXISTS "{name}"',
-                                  f'CREATE INDEX "{name}" ON "dunning_transitionreceipt" ("{column}")')
-                for name, column in RECEIPT_INDEXES
+                migrations.RunSQL(f'DROP INDEX IF EXISTS "{name}"', f'CREATE INDEX "{name}" ON "{table}" ("{column}")')
+                for table, name, column in RECEIPT_INDEXES
             ],
         ),
     ]

@@ -102,8 +102,9 @@ class ProviderReceipt(AppendOnlyModel):
     body = models.JSONField()
     body_digest = models.CharField(max_length=64)
     fetched_at = models.DateTimeField()
+    # No index of its own: receipt_invoice_fetched leads with it.
     invoice = models.ForeignKey("subscriptions.Invoice", null=True, blank=True,
-                                on_delete=models.PROTECT, related_name="receipts")
+                                on_delete=models.PROTECT, related_name="receipts", db_index=False)
     cause_event = models.ForeignKey(ProviderEvent, null=True, blank=True,
                                     on_delete=models.PROTECT, related_name="receipts")
     body_purged_at = models.DateTimeField(null=True, blank=True,
