@@ -195,7 +195,10 @@ def phase_sweep(args: argparse.Namespace) -> dict[str, Any]:
     profile = None
     if args.profile_size:
         path = OUT_DIR / "sweep_profile.txt"
-        prof = run_sweep(args.profile_size, tag="sweep_profile", profile=str(path))
+        # One thread: pyinstrument samples the calling thread only, which with the provider-I/O
+        # threads would show nothing but claims and waiting.
+        prof = run_sweep(args.profile_size, tag="sweep_profile", profile=str(path),
+                         worker_env={"DUNNING_PROVIDER_IO_THREADS": "1"})
         profile = {"size": args.profile_size, "file": str(path), "wall_seconds": prof["wall_seconds"]}
         measured = run_sweep(args.profile_size, tag="sweep_measure", measure=True)["workers_detail"][0]["measure"]
         profile["measure"] = {k: v for k, v in measured.items() if k != "sample"}
