@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agentpay.api.auth import IsTenant, TenantApiKeyAuthentication
+from agentpay.api.front import MAX_SLUG
 from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
 from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM, SETTLEMENT_IN_PROGRESS
@@ -102,6 +103,8 @@ def _check_call(request: Request, route: PricedRoute, subpath: str) -> tuple[Jso
 class RouteCallView(_AgentPayView):
     """Call a priced route: the wallet pays, the upstream answers."""
 
+    reads_route = True  # the authentication reads the URL's route with the key (agentpay.api.front)
+
     @extend_schema(
         operation_id="agentpay_route_call",
         summary="Call a priced upstream route (pay per call from the tenant's wallet, or on chain by x402)",
@@ -148,8 +151,12 @@ class RouteCallView(_AgentPayView):
 
     def _call(self, request: Request, slug: str, subpath: str) -> HttpResponse:
         tenant = request.user.tenant
-        priced = (PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first()
-                  if len(slug) <= 64 else None)  # the network with it: _check_call and the challenge read it
+        front = getattr(request._request, "agentpay_front", None)  # read with the API key (auth.py)
+        if front is not None and front[0] == slug:
+            priced = front[1]
+        else:  # the network with it: _check_call and the challenge read it
+            priced = (PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first()
+                      if len(slug) <= MAX_SLUG else None)
         if priced is None:
             return problem(404, "unknown-route", "No such priced route", f"no active route {slug[:64]!r}")
         request._request.agentpay_route = priced
