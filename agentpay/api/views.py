@@ -19,6 +19,7 @@ from agentpay.api.auth import IsTenant, TenantApiKeyAuthentication
 from agentpay.api.front import MAX_SLUG
 from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
+from agentpay.api.request_log import request_log_write
 from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM, SETTLEMENT_IN_PROGRESS
 from agentpay.bridge import api_access_for, trusted_now
 from agentpay.composite import display_status_or_violation
@@ -184,11 +185,19 @@ class RouteCallView(_AgentPayView):
                 lease = PAYMENT_SIGNATURE in request.headers  # an unpaid call's 402 is the whole answer
             else:
                 steps = authorize_and_hold(priced.price_minor)
+        log = getattr(request._request, "agentpay_log", None)  # the request's row, unless written already
+        if log is not None and not request._request.agentpay_logged:
+            log.tenant, log.route = tenant, priced
+        else:
+            log = None
         opened = intent_open(tenant=tenant, route=priced, rail=rail, idempotency_key=key, digest=digest,
                              forward_path=subpath, forward_query=query, content_type=content_type, body=request.body,
-                             request_id=request_id, now=now, steps=steps, lease=lease)
+                             request_id=request_id, now=now, steps=steps, lease=lease, log=log)
         intent = opened.intent
         request._request.agentpay_intent = intent
+        if log is not None:
+            request._request.agentpay_logged = opened.logged
+            request_log_write(request._request)  # the key found an intent: the row before anything else
         if not opened.created and intent.request_digest != digest:
             return problem(422, "idempotency-key-reused", "Idempotency-Key was used for a different request",
                            f"the key belongs to {intent.intent_id}, made with a different request",

@@ -224,19 +224,19 @@ def test_a_402_for_a_fresh_key_is_one_transaction_that_reads_nothing_back(call, 
         assert call("paid", "k-fresh").status_code == 402
     sql = [q["sql"] for q in captured.captured_queries]
     statements = [s for s in sql if s.startswith(("INSERT", "UPDATE", "SELECT", "WITH"))]
-    # The request log's row; the key, its tenant, the route and its network in one read
-    # (agentpay/api/front.py); the open in one statement (agentpay/services/open_writes.py):
-    # intent, settlement, fulfillment, challenge, both receipts, the outbox row; the log's answer.
-    assert len(statements) == 4, "\n".join(s[:100] for s in sql)
-    log, front, open_, answer = statements
-    assert log.startswith('INSERT INTO "agentpay_gatewayrequest"')
-    assert answer.startswith('UPDATE "agentpay_gatewayrequest"')
+    # The key, its tenant, the route and its network in one read (agentpay/api/front.py); the open
+    # in one statement (agentpay/services/open_writes.py): intent, settlement, fulfillment,
+    # challenge, both receipts, the outbox row and the request's log row; the log's answer.
+    assert len(statements) == 3, "\n".join(s[:100] for s in sql)
+    front, open_, answer = statements
     assert front.startswith("SELECT") and all(f'"{t}"' in front for t in (
         "agentpay_tenantapikey", "agentpay_tenant", "agentpay_pricedroute", "agentpay_chainnetwork"))
     inserted = re.findall(r'INSERT INTO "(\w+)"', open_)
     assert open_.startswith("WITH") and inserted == [
         "agentpay_paymentintent", "agentpay_settlement", "agentpay_fulfillment", "agentpay_paymentchallenge",
-        "agentpay_intentreceipt", "agentpay_intentreceipt", "agentpay_outboxmessage"], open_[:300]
+        "agentpay_gatewayrequest", "agentpay_intentreceipt", "agentpay_intentreceipt", "agentpay_outboxmessage"], \
+        open_[:300]
+    assert answer.startswith('UPDATE "agentpay_gatewayrequest"')
     assert not [s for s in sql if "FOR UPDATE" in s]  # nothing to lock: the rows are this transaction's
     assert len([s for s in sql if s.startswith("SAVEPOINT")]) == 1  # one transaction (a savepoint in a test)
 
