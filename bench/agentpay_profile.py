@@ -1,9 +1,10 @@
 """``python -m bench.agentpay_profile --count N --profile FILE --api-key ak_… [--route SLUG --status 402]``: N calls
 through the gateway (middleware, view, services, the upstream on loopback) in this one process,
-back to back, timed; then N more under pyinstrument. The work a gunicorn worker does per call,
-without the HTTP server, the load generator or queueing. DATABASE_URL from the environment.
+back to back, timed (wall and this process's CPU); then N more under pyinstrument. The work a
+gunicorn worker does per call, without the HTTP server, the load generator or queueing.
+DATABASE_URL from the environment.
 
-Prints one ``RESULT <json>`` line: calls, wall seconds (unprofiled), ms each.
+Prints one ``RESULT <json>`` line: calls, wall seconds (unprofiled), ms and CPU ms each, statements each.
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     queries = len(captured.captured_queries)
     with open(args.profile.replace("_profile.txt", "_queries.sql"), "w") as fh:
         fh.writelines(f"-- {q['time']} s\n{q['sql']};\n" for q in captured.captured_queries)
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     for i in range(args.count):
         call(i)
-    wall = time.perf_counter() - began
+    wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
     profiler = Profiler(interval=0.0005)
     profiler.start()
     for i in range(args.count, 2 * args.count):
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.profile, "w") as fh:
         fh.write(profiler.output_text(unicode=False, color=False))
     print("RESULT " + json.dumps({"calls": args.count, "wall_seconds": wall, "ms_per_call": 1000 * wall / args.count,
+                                  "cpu_ms_per_call": 1000 * cpu / args.count,
                                   "queries_per_call": queries}),
           flush=True)
     return 0

@@ -13,6 +13,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from agentpay import ids
+from agentpay.api.front import front_read
 from agentpay.bridge import trusted_now
 from agentpay.models import Tenant, TenantApiKey
 
@@ -65,8 +66,14 @@ class TenantApiKeyAuthentication(BaseAuthentication):
             raw = parts[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("The API key is not valid.") from None
-        key = (TenantApiKey.objects.select_related("tenant").filter(key_hash=key_digest(raw), revoked_at__isnull=True)
-               .first())
+        # A view that names a priced route in its URL (`reads_route`) has it read with the key: one
+        # statement (agentpay.api.front), the route left on the request for the view.
+        context = request.parser_context or {}
+        slug = context.get("kwargs", {}).get("route") if getattr(context.get("view"), "reads_route", False) else None
+        front = front_read(key_digest(raw), slug)
+        key = front.key
+        if slug is not None:
+            request._request.agentpay_front = (slug, front.route)
         if key is None:
             raise exceptions.AuthenticationFailed("The API key is not valid or was revoked.")
         now = trusted_now()

@@ -1,8 +1,16 @@
 """Every request to /agentpay/ is recorded with its request_id (UUIDv4), bad ones included.
 
-The first middleware: the row is written on arrival (raw body, a subset of headers, never the
-API key), before anything can refuse the request, and answered when the response leaves. The
+The first middleware: the row (raw body, a subset of headers, never the API key) is made on
+arrival, before anything can refuse the request, and answered when the response leaves. The
 request id is in the `X-Request-Id` answer header and in the receipts the request causes.
+
+When the row is written: on arrival, for every URL but a priced call's. A priced call
+(`/agentpay/v1/routes/…`) has its row written with the first thing the call changes: in the
+intent's open (intent_open writes it in the same transaction, in the 402's one statement), or by
+the view (`request_log_write`) when the key found an intent already, before anything else is
+done with it. A call refused before that (a bad key, a bad body, an unknown route), or ending in
+an exception, changed nothing: its row is written once, with its answer, as the response leaves.
+So a crash never leaves an intent, or a step a request took, without the request's row.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from agentpay.bridge import desensitised_body, trusted_now
 from agentpay.models import GatewayRequest
 
 PREFIX = "/agentpay/"
+# A priced call: its row is written with the first thing it changes (the module's docstring).
+DEFERRED_PREFIX = "/agentpay/v1/routes/"
 KEPT_HEADERS = ("content-type", "content-length", "idempotency-key", "user-agent", "agentpay-amount",
                 "agentpay-currency", "agentpay-rail", "payment-signature")
 log = logging.getLogger("agentpay.gateway")
@@ -65,24 +75,47 @@ class GatewayRequestLog:
         # Logged desensitised (a forwarded call can carry an end user's email or card); the digest
         # and size are of the raw bytes.
         kept = desensitised_body(body[: settings.AGENTPAY_LOGGED_BODY_BYTES])
-        record = GatewayRequest.objects.create(
+        record = GatewayRequest(
             request_id=request_id, received_at=trusted_now(), method=storable(request.method or "")[:16],
             path=storable(request.path), query=storable(request.META.get("QUERY_STRING", "")),
             headers=_headers(request), body=kept, body_size=len(body) or length,
             body_digest=hashlib.sha256(body).hexdigest(),
             body_truncated=too_big or len(body) > settings.AGENTPAY_LOGGED_BODY_BYTES,
             idempotency_key=storable(request.headers.get("idempotency-key", ""))[:1000])
+        request.agentpay_log = record
+        request.agentpay_logged = False
+        if not request.path.startswith(DEFERRED_PREFIX):
+            request_log_write(request)
         if too_big:
             response = problem(413, "body-too-large", "The request body is too large",
                                f"at most {settings.AGENTPAY_MAX_BODY_BYTES} bytes", request_id=str(request_id))
         else:
-            response = self.get_response(request)
+            response = self.get_response(request)  # an exception is already a 500 answer here
         response["X-Request-Id"] = str(request_id)
-        GatewayRequest.objects.filter(pk=record.pk).update(
-            tenant=getattr(request, "agentpay_tenant", None), route=getattr(request, "agentpay_route", None),
-            intent=getattr(request, "agentpay_intent", None), answer_status=response.status_code,
-            answer_problem=getattr(response, "agentpay_problem", "")[:64], answered_at=trusted_now(),
-            duration_ms=int((time.monotonic() - started) * 1000))
+        answer = {"tenant": getattr(request, "agentpay_tenant", None),
+                  "route": getattr(request, "agentpay_route", None),
+                  "intent": getattr(request, "agentpay_intent", None), "answer_status": response.status_code,
+                  "answer_problem": getattr(response, "agentpay_problem", "")[:64], "answered_at": trusted_now(),
+                  "duration_ms": int((time.monotonic() - started) * 1000)}
+        if request.agentpay_logged:
+            GatewayRequest.objects.filter(pk=record.pk).update(**answer)
+        else:  # nothing this request did was written: its row and its answer in one INSERT
+            for name, value in answer.items():
+                setattr(record, name, value)
+            request_log_write(request)
         log.info("request_id=%s %s %s → %s", request_id, request.method, storable(request.path)[:200],
                  response.status_code)
         return response
+
+
+def request_log_write(request: HttpRequest) -> None:
+    """Write the request's row now (once), with the tenant, route and intent known so far."""
+    if getattr(request, "agentpay_logged", True):
+        return
+    record: GatewayRequest = request.agentpay_log
+    for name in ("tenant", "route", "intent"):
+        if getattr(request, f"agentpay_{name}", None) is not None:  # saved rows, as the answer's UPDATE sets them
+            setattr(record, name, getattr(request, f"agentpay_{name}"))
+    record.pk, record._state.adding = None, True  # an open rolled back may have given it an id
+    record.save(force_insert=True)
+    request.agentpay_logged = True

@@ -16,8 +16,10 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agentpay.api.auth import IsTenant, TenantApiKeyAuthentication
+from agentpay.api.front import MAX_SLUG
 from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
+from agentpay.api.request_log import request_log_write
 from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM, SETTLEMENT_IN_PROGRESS
 from agentpay.bridge import api_access_for, trusted_now
 from agentpay.composite import display_status_or_violation
@@ -102,6 +104,8 @@ def _check_call(request: Request, route: PricedRoute, subpath: str) -> tuple[Jso
 class RouteCallView(_AgentPayView):
     """Call a priced route: the wallet pays, the upstream answers."""
 
+    reads_route = True  # the authentication reads the URL's route with the key (agentpay.api.front)
+
     @extend_schema(
         operation_id="agentpay_route_call",
         summary="Call a priced upstream route (pay per call from the tenant's wallet, or on chain by x402)",
@@ -148,8 +152,12 @@ class RouteCallView(_AgentPayView):
 
     def _call(self, request: Request, slug: str, subpath: str) -> HttpResponse:
         tenant = request.user.tenant
-        priced = (PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first()
-                  if len(slug) <= 64 else None)  # the network with it: _check_call and the challenge read it
+        front = getattr(request._request, "agentpay_front", None)  # read with the API key (auth.py)
+        if front is not None and front[0] == slug:
+            priced = front[1]
+        else:  # the network with it: _check_call and the challenge read it
+            priced = (PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first()
+                      if len(slug) <= MAX_SLUG else None)
         if priced is None:
             return problem(404, "unknown-route", "No such priced route", f"no active route {slug[:64]!r}")
         request._request.agentpay_route = priced
@@ -177,11 +185,19 @@ class RouteCallView(_AgentPayView):
                 lease = PAYMENT_SIGNATURE in request.headers  # an unpaid call's 402 is the whole answer
             else:
                 steps = authorize_and_hold(priced.price_minor)
+        log = getattr(request._request, "agentpay_log", None)  # the request's row, unless written already
+        if log is not None and not request._request.agentpay_logged:
+            log.tenant, log.route = tenant, priced
+        else:
+            log = None
         opened = intent_open(tenant=tenant, route=priced, rail=rail, idempotency_key=key, digest=digest,
                              forward_path=subpath, forward_query=query, content_type=content_type, body=request.body,
-                             request_id=request_id, now=now, steps=steps, lease=lease)
+                             request_id=request_id, now=now, steps=steps, lease=lease, log=log)
         intent = opened.intent
         request._request.agentpay_intent = intent
+        if log is not None:
+            request._request.agentpay_logged = opened.logged
+            request_log_write(request._request)  # the key found an intent: the row before anything else
         if not opened.created and intent.request_digest != digest:
             return problem(422, "idempotency-key-reused", "Idempotency-Key was used for a different request",
                            f"the key belongs to {intent.intent_id}, made with a different request",

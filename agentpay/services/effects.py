@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Model
 
 from agentpay.bridge import now_is_not_ahead
 from agentpay.models import (
@@ -47,6 +48,16 @@ class EffectContext:
     intent_fields: dict[str, Any] = field(default_factory=dict)
     settlement_fields: set[str] = field(default_factory=set)
     fulfillment_fields: set[str] = field(default_factory=set)
+    # Not None: the intent is not inserted yet (intent_open's one statement): a DEFERRABLE effect
+    # puts the rows it makes for the intent here, unsaved, and the open writes them with it.
+    deferred: list[Model] | None = None
+
+    def insert(self, row: Model) -> None:
+        """A new row of the intent's: written now, or with the intent when the open defers it."""
+        if self.deferred is not None:
+            self.deferred.append(row)
+        else:
+            row.save(force_insert=True)
 
 
 Effect = Callable[[EffectContext, Step], None]

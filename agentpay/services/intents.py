@@ -21,6 +21,7 @@ from django.db.models import Q
 from agentpay.models import (
     AccountKind,
     Fulfillment,
+    GatewayRequest,
     IntentReceipt,
     LedgerAccount,
     PaymentIntent,
@@ -30,6 +31,7 @@ from agentpay.models import (
 )
 from agentpay.services.acceptance import WALLET_READERS, accepted_receipt, outbox_message
 from agentpay.services.effects import EFFECTS, EffectContext
+from agentpay.services.open_writes import OpenWrites, open_write
 from agentpay.services.results import Cause, Refusal, Step
 from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, TRANSITIONS, WALLET, Lines, step_verdict
 
@@ -48,6 +50,7 @@ class Opened:
     intent: PaymentIntent
     created: bool
     lines: Lines | None = None  # of an intent this request inserted: the lines its steps on open left
+    logged: bool = False  # the request's log row (`log`) was written with the intent
 
 
 
@@ -62,6 +65,9 @@ def lease_for(route: PricedRoute) -> timedelta:
 ON_OPEN = frozenset({(INTENT, "challenge_issued"), (INTENT, "payload_verified"), (SETTLEMENT, "hold_acquired")})
 # What those steps stamp on the intent row, written with its INSERT (no UPDATE after it).
 _STAMPS = {(INTENT, "challenge_issued"): "challenged_at"}
+# The ON_OPEN steps whose effects write no row before the intent's own INSERT (they make their
+# rows through EffectContext.insert): an open of only these is one statement (open_writes).
+DEFERRABLE = frozenset({(INTENT, "challenge_issued")})
 
 
 class _NotOnOpen(Exception):
@@ -70,7 +76,8 @@ class _NotOnOpen(Exception):
 
 def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_key: str, digest: str,
                 forward_path: str, forward_query: str, content_type: str, body: bytes, request_id: uuid.UUID,
-                now: datetime, steps: Sequence[Step] = (), lease: bool = True) -> Opened:
+                now: datetime, steps: Sequence[Step] = (), lease: bool = True,
+                log: GatewayRequest | None = None) -> Opened:
     """Insert the intent for (tenant, key), or find the one that holds the key already.
 
     `steps` (of ON_OPEN; the caller found no policy refusal): accepted in the open's own
@@ -82,7 +89,9 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
     outbox row. An effect that refuses (too little balance, a frozen wallet, a network that
     cannot take the intent) rolls all of it back and the intent is opened plainly, `created`,
     for the acceptance to refuse and record. `lease=False`: no request goes on with the intent
-    (a 402 is the whole answer), so no lease is taken and none is released.
+    (a 402 is the whole answer), so no lease is taken and none is released. `log`: the request's
+    row (unsaved; agentpay.api.request_log), written with the intent it opens (`logged`), in the
+    same statement when the open is one; not written when the key finds an intent already.
     """
     cause = Cause.request(request_id, tenant.tenant_id)
     intent = PaymentIntent(
@@ -106,12 +115,12 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
         intent.state, intent.generation = lines.intent, 1
     try:
         with transaction.atomic(durable=True):
-            _insert(intent, initial, lines, applied, cause, now)
-        return Opened(intent, True, lines)
+            _insert(intent, initial, lines, applied, cause, now, log)
+        return Opened(intent, True, lines, logged=log is not None)
     except _NotOnOpen:
         return intent_open(tenant=tenant, route=route, rail=rail, idempotency_key=idempotency_key, digest=digest,
                            forward_path=forward_path, forward_query=forward_query, content_type=content_type,
-                           body=body, request_id=request_id, now=now, lease=lease)
+                           body=body, request_id=request_id, now=now, lease=lease, log=log)
     except IntegrityError:
         # The key is taken (perhaps by a request that committed while we waited on the index).
         existing = PaymentIntent.objects.filter(tenant=tenant, idempotency_key=idempotency_key).first()
@@ -121,8 +130,13 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
 
 
 def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[tuple[Step, str, str]], cause: Cause,
-            now: datetime) -> None:
-    intent.save(force_insert=True)  # in the lines it leaves; in memory it walks them with the steps
+            now: datetime, log: GatewayRequest | None) -> None:
+    # An open whose steps write no row before the intent's (the challenge: DEFERRABLE) is one
+    # statement on PostgreSQL (open_writes); the wallet's hold writes the ledger first, citing the
+    # intent, so that open inserts the intent first.
+    deferred = all((step.line, step.event) in DEFERRABLE for step, _, _ in applied)
+    if not deferred:
+        intent.save(force_insert=True)  # in the lines it leaves; in memory it walks them with the steps
     settlement = Settlement(intent=intent, rail=intent.rail, created_at=now, state_changed_at=now)
     fulfillment = Fulfillment(intent=intent, state_changed_at=now)
     rows = {INTENT: intent, SETTLEMENT: settlement, FULFILLMENT: fulfillment}
@@ -132,7 +146,7 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
         wallet = (LedgerAccount.objects.select_for_update()
                   .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
     ctx = EffectContext(intent=intent, settlement=settlement, fulfillment=fulfillment, wallet=wallet, cause=cause,
-                        now=now)
+                        now=now, deferred=[] if deferred else None)
     for step, _, to_state in applied:
         effect = EFFECTS.get((step.line, step.event))
         if effect is not None:
@@ -142,20 +156,31 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
                 raise _NotOnOpen(refusal.code) from None
         rows[step.line].state = to_state
     unstamped = {name: value for name, value in ctx.intent_fields.items() if getattr(intent, name) != value}
-    if unstamped:  # an effect set a field the insert could not know (none of ON_OPEN's does today)
+    if unstamped and not deferred:  # an effect set a field the insert could not know (none of ON_OPEN's does today)
         PaymentIntent.objects.filter(pk=intent.pk).update(**unstamped)
-        for name, value in unstamped.items():
-            setattr(intent, name, value)
-    settlement.save(force_insert=True)
-    fulfillment.save(force_insert=True)
+    for name, value in unstamped.items():
+        setattr(intent, name, value)
     opened = Step(INTENT, "opened", {"route": intent.route.slug, "amount": intent.amount, "currency": intent.currency,
                                      "rail": intent.rail})
-    IntentReceipt.objects.bulk_create([  # one INSERT
-        accepted_receipt(intent, opened, "", initial.intent, 0, cause, now),
-        *(accepted_receipt(intent, step, from_state, to_state, 1, cause, now)
-          for step, from_state, to_state in applied)])
-    if applied:
-        outbox_message(intent, lines, [step for step, _, _ in applied], cause, now).save(force_insert=True)
+    receipts = [accepted_receipt(intent, opened, "", initial.intent, 0, cause, now),
+                *(accepted_receipt(intent, step, from_state, to_state, 1, cause, now)
+                  for step, from_state, to_state in applied)]
+    outbox = outbox_message(intent, lines, [step for step, _, _ in applied], cause, now) if applied else None
+    if log is not None:
+        log.pk, log._state.adding = None, True  # an attempt rolled back may have given it an id
+        log.intent = intent
+    if deferred:
+        open_write(OpenWrites(intent=intent, settlement=settlement, fulfillment=fulfillment,
+                              children=[*ctx.deferred, *([log] if log is not None else [])], receipts=receipts,
+                              outbox=outbox))
+        return
+    settlement.save(force_insert=True)
+    fulfillment.save(force_insert=True)
+    IntentReceipt.objects.bulk_create(receipts)  # one INSERT
+    if outbox is not None:
+        outbox.save(force_insert=True)
+    if log is not None:
+        log.save(force_insert=True)
 
 
 def intent_claim_lease(*, intent: PaymentIntent, now: datetime) -> bool:

@@ -89,10 +89,10 @@ def challenge_issued(ctx: Any, step: Step) -> None:
     if why:
         raise Refusal("NO_CHAIN_NETWORK", why, step)
     resource = str(step.data.get("resource") or f"/agentpay/v1/routes/{intent.route.slug}/{intent.forward_path}")
-    PaymentChallenge.objects.create(
+    ctx.insert(PaymentChallenge(
         intent=intent, network=network, pay_to=network.pay_to, asset=network.token_address,
         amount=challenge_amount(intent, network), issued_at=ctx.now, expires_at=ctx.now + challenge_ttl(),
-        requirement=_requirement(intent, network, resource[:2000]))
+        requirement=_requirement(intent, network, resource[:2000])))
 
 
 def _unix(moment: datetime) -> int:

@@ -6,6 +6,7 @@ end-to-end tests (test_end_to_end.py) drive the real one on a real chain."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -222,13 +223,20 @@ def test_a_402_for_a_fresh_key_is_one_transaction_that_reads_nothing_back(call, 
     with CaptureQueriesContext(connection) as captured:
         assert call("paid", "k-fresh").status_code == 402
     sql = [q["sql"] for q in captured.captured_queries]
-    tables = [s.split('"')[1] for s in sql if s.startswith(("INSERT", "UPDATE", "SELECT"))]
-    # The request log's row and its answer, the key, the route with its network; then the open:
-    # intent, challenge, settlement, fulfillment, both receipts in one INSERT, the outbox row.
-    assert tables == ["agentpay_gatewayrequest", "agentpay_tenantapikey", "agentpay_pricedroute",
-                      "agentpay_paymentintent", "agentpay_paymentchallenge", "agentpay_settlement",
-                      "agentpay_fulfillment", "agentpay_intentreceipt", "agentpay_outboxmessage",
-                      "agentpay_gatewayrequest"], "\n".join(s[:100] for s in sql)
+    statements = [s for s in sql if s.startswith(("INSERT", "UPDATE", "SELECT", "WITH"))]
+    # The key, its tenant, the route and its network in one read (agentpay/api/front.py); the open
+    # in one statement (agentpay/services/open_writes.py): intent, settlement, fulfillment,
+    # challenge, both receipts, the outbox row and the request's log row; the log's answer.
+    assert len(statements) == 3, "\n".join(s[:100] for s in sql)
+    front, open_, answer = statements
+    assert front.startswith("SELECT") and all(f'"{t}"' in front for t in (
+        "agentpay_tenantapikey", "agentpay_tenant", "agentpay_pricedroute", "agentpay_chainnetwork"))
+    inserted = re.findall(r'INSERT INTO "(\w+)"', open_)
+    assert open_.startswith("WITH") and inserted == [
+        "agentpay_paymentintent", "agentpay_settlement", "agentpay_fulfillment", "agentpay_paymentchallenge",
+        "agentpay_gatewayrequest", "agentpay_intentreceipt", "agentpay_intentreceipt", "agentpay_outboxmessage"], \
+        open_[:300]
+    assert answer.startswith('UPDATE "agentpay_gatewayrequest"')
     assert not [s for s in sql if "FOR UPDATE" in s]  # nothing to lock: the rows are this transaction's
     assert len([s for s in sql if s.startswith("SAVEPOINT")]) == 1  # one transaction (a savepoint in a test)
 

@@ -1,0 +1,120 @@
+"""The gateway's front read: the API key (by its digest), its tenant, and the priced route named
+in the URL with its chain network, in one statement on PostgreSQL.
+
+Every priced call needs all four before it can do anything, and through the ORM that is two
+queries (the key with its tenant, the route with its network), each compiled on every request:
+about a quarter of a 402's CPU. Nothing is cached across requests: a revoked key, a price or a
+route changed is seen by the next request.
+
+The columns are the models' own (`_meta.concrete_fields`), the instances are built as the ORM
+builds them (`Model.from_db`), with the tenant cached on the key and the network on the route.
+The embedded SQLite demo (and any caller without a route) reads through the ORM, the same two
+queries as before (tests/agentpay_x402/test_front_read.py compares both paths on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Model
+from django.db.models.expressions import Col
+
+from agentpay.models import ChainNetwork, PricedRoute, Tenant, TenantApiKey
+
+# False: the ORM's two queries on PostgreSQL too (the test that compares both paths sets it).
+ONE_STATEMENT = True
+MAX_SLUG = 64  # PricedRoute.slug's max_length: a longer one names no route
+
+
+@dataclass(frozen=True)
+class Front:
+    key: TenantApiKey | None  # a live key (not revoked) with its tenant; None: no such key
+    route: PricedRoute | None  # the active route of that slug, with its network; None: none (or not asked)
+
+
+def front_read(key_hash: str, slug: str | None) -> Front:
+    """The live key of `key_hash` with its tenant and, when `slug` is given and the key is live,
+    the active route of `slug` with its network."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if slug is None or db.vendor != "postgresql" or not ONE_STATEMENT:
+        return _read_orm(key_hash, slug)
+    if len(slug) > MAX_SLUG:
+        return Front(_key_orm(key_hash), None)
+    with db.cursor() as cursor:
+        cursor.execute(_statement(), [slug, key_hash])
+        row = cursor.fetchone()
+    if row is None:
+        return Front(None, None)
+    values = iter(row)
+    key, tenant, route, network = (_built(db.alias, model, values) for model in _MODELS)
+    key.tenant = tenant
+    if route is not None:
+        route.network = network
+    return Front(key, route)
+
+
+def _key_orm(key_hash: str) -> TenantApiKey | None:
+    return TenantApiKey.objects.select_related("tenant").filter(key_hash=key_hash, revoked_at__isnull=True).first()
+
+
+def _read_orm(key_hash: str, slug: str | None) -> Front:
+    key = _key_orm(key_hash)
+    if key is None or slug is None or len(slug) > MAX_SLUG:
+        return Front(key, None)
+    return Front(key, PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first())
+
+
+_MODELS: tuple[type[Model], ...] = (TenantApiKey, Tenant, PricedRoute, ChainNetwork)
+
+
+def _built(alias: str, model: type[Model], values: Iterator[object]) -> Model | None:
+    """The next row of `model` from `values` (its concrete fields, in order), each value converted
+    as the ORM converts it (a JSON field's text parsed...); None: a LEFT JOIN's nulls."""
+    fields = model._meta.concrete_fields
+    taken = [next(values) for _ in fields]
+    if taken[model._meta.concrete_fields.index(model._meta.pk)] is None:
+        return None
+    db = connections[alias]
+    for n, (expression, converters) in enumerate(_converters(alias, model)):
+        for converter in converters:
+            taken[n] = converter(taken[n], expression, db)
+    return model.from_db(alias, [f.attname for f in fields], taken)
+
+
+@cache
+def _converters(alias: str, model: type[Model]) -> list[tuple[Col, list[Callable]]]:
+    """Per concrete field: the backend's and the field's converters, as the ORM's compiler applies them."""
+    db = connections[alias]
+    out = []
+    for field in model._meta.concrete_fields:
+        expression = field.get_col(model._meta.db_table)
+        out.append((expression, [*db.ops.get_db_converters(expression), *field.get_db_converters(db)]))
+    return out
+
+
+@cache
+def _statement() -> str:
+    """SELECT key, tenant, route, network (each model's concrete columns, in order); the route and
+    network LEFT JOINed so a live key with no such route is still one row. Parameters: slug, digest."""
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+
+    def columns(alias: str, model: type[Model]) -> str:
+        return ", ".join(f"{alias}.{qn(f.column)}" for f in model._meta.concrete_fields)
+
+    def table(model: type[Model]) -> str:
+        return qn(model._meta.db_table)
+
+    def column(model: type[Model], name: str) -> str:
+        return qn(model._meta.get_field(name).column)
+
+    return (f"SELECT {columns('k', TenantApiKey)}, {columns('t', Tenant)}, {columns('r', PricedRoute)}, "
+            f"{columns('n', ChainNetwork)} "
+            f"FROM {table(TenantApiKey)} k "
+            f"JOIN {table(Tenant)} t ON t.{column(Tenant, 'id')} = k.{column(TenantApiKey, 'tenant')} "
+            f"LEFT JOIN {table(PricedRoute)} r ON r.{column(PricedRoute, 'slug')} = %s "
+            f"AND r.{column(PricedRoute, 'active')} "
+            f"LEFT JOIN {table(ChainNetwork)} n ON n.{column(ChainNetwork, 'id')} = r.{column(PricedRoute, 'network')} "
+            f"WHERE k.{column(TenantApiKey, 'key_hash')} = %s AND k.{column(TenantApiKey, 'revoked_at')} IS NULL")

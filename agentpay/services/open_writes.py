@@ -1,0 +1,117 @@
+"""The rows of an intent's open (intent_open), in one statement on PostgreSQL.
+
+An unpaid on-chain call's open is the whole of its 402 (issue 18): the intent `challenged`, its
+settlement and fulfillment, the challenge, the receipts of `opened` and `challenge_issued`, and
+generation 1's outbox row. Through the ORM that is five INSERTs, each compiled and sent on its
+own, and most of a 402's Python. Here they are data-modifying CTEs of one statement, one round
+trip, in intent_open's transaction: every other row takes the intent's id from the intent's
+INSERT. The receipts are chained (the second selects from the first's RETURNING), so they get
+their ids in the order the ORM's one INSERT gives them.
+
+The columns and values are the models' own, as Django's INSERT would send them (each field's
+`pre_save` and database conversion), the house pattern of dunning/acceptance/settlement_writes.py.
+The embedded SQLite demo has no INSERT in a CTE: it saves through the ORM, the same rows
+(tests/agentpay/test_open_writes.py compares both paths on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field, Model
+
+from agentpay.models import Fulfillment, IntentReceipt, OutboxMessage, PaymentIntent, Settlement
+
+# False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
+ONE_STATEMENT = True
+
+
+@dataclass(frozen=True)
+class OpenWrites:
+    intent: PaymentIntent  # all unsaved; every other row belongs to the intent
+    settlement: Settlement
+    fulfillment: Fulfillment
+    children: Sequence[Model]  # rows an effect made for the intent (the challenge), each with an `intent` FK
+    receipts: Sequence[IntentReceipt]
+    outbox: OutboxMessage | None
+
+
+def open_write(writes: OpenWrites) -> None:
+    """Insert the intent and its rows; sets their primary keys and intent ids."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql" or not ONE_STATEMENT:
+        _write_orm(writes)
+        return
+    rows = [writes.settlement, writes.fulfillment, *writes.children, *writes.receipts,
+            *([writes.outbox] if writes.outbox is not None else [])]
+    sql = _statement(tuple(type(row) for row in rows))
+    params = _insert_params(db, writes.intent)
+    for row in rows:
+        params += _insert_params(db, row, but="intent")
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        intent_pk, *pks = cursor.fetchone()
+    _saved(db, writes.intent, intent_pk)
+    for row, pk in zip(rows, pks, strict=True):
+        row.intent_id = intent_pk
+        _saved(db, row, pk)
+
+
+def _write_orm(writes: OpenWrites) -> None:
+    writes.intent.save(force_insert=True)
+    for row in (writes.settlement, writes.fulfillment, *writes.children):
+        row.intent = writes.intent  # the FK's id, now the intent has one
+        row.save(force_insert=True)
+    for receipt in writes.receipts:
+        receipt.intent = writes.intent
+    IntentReceipt.objects.bulk_create(list(writes.receipts))  # one INSERT
+    if writes.outbox is not None:
+        writes.outbox.intent = writes.intent
+        writes.outbox.save(force_insert=True)
+
+
+def _saved(db: BaseDatabaseWrapper, obj: Model, pk: int) -> None:
+    obj.pk = pk
+    obj._state.adding = False
+    obj._state.db = db.alias
+
+
+def _fields(model: type[Model], but: str = "") -> list[Field]:
+    return [f for f in model._meta.local_concrete_fields if not f.primary_key and f.name != but]
+
+
+def _insert_params(db: BaseDatabaseWrapper, obj: Model, but: str = "") -> list:
+    """The values Django's own INSERT of `obj` would send (defaults applied, each field's
+    conversion), without the primary key and the field named `but`."""
+    return [f.get_db_prep_save(f.pre_save(obj, True), db) for f in _fields(type(obj), but)]
+
+
+@cache
+def _statement(shape: tuple[type[Model], ...]) -> str:
+    """The one statement of an open writing the intent and rows of these models, in this order;
+    the final SELECT returns the intent's id, then each row's."""
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+
+    def insert(name: str, model: type[Model], source: str) -> str:
+        fields = _fields(model, "intent" if source else "")
+        columns = [qn(f.column) for f in fields] + ([qn(model._meta.get_field("intent").column)] if source else [])
+        values = ["%s"] * len(fields) + ([f"i.{qn(PaymentIntent._meta.pk.column)}"] if source else [])
+        return (f"{name} AS (INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) "
+                f"SELECT {', '.join(values)}{' FROM ' + source if source else ''} "
+                f"RETURNING {qn(model._meta.pk.column)} AS id)")
+
+    ctes, names, previous_receipt = [insert("i", PaymentIntent, "")], ["i"], ""
+    for n, model in enumerate(shape):
+        name = f"w{n}"
+        # A receipt after another selects from its RETURNING: inserted after it, a higher id.
+        source = f"i, {previous_receipt}" if model is IntentReceipt and previous_receipt else "i"
+        ctes.append(insert(name, model, source))
+        names.append(name)
+        if model is IntentReceipt:
+            previous_receipt = name
+    return (f"WITH {', '.join(ctes)} SELECT {', '.join(f'{name}.id' for name in names)} "
+            f"FROM {', '.join(names)}")
