@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
-import select
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +19,7 @@ from django.db.models import Model
 
 from config.json_depth import MAX_JSON_DEPTH, json_nesting_exceeds
 from dunning.clock import trusted_now
+from dunning.evidence.connection_health import health_check_without_round_trip
 from dunning.handoff import TaskHandoff
 from dunning.models import EventOutcome, ProviderEvent, Verification, WebhookDelivery
 from dunning.privacy import desensitise, desensitise_body
@@ -56,7 +56,7 @@ def webhook_receive(
     still kept, marked as failed, before the error reaches the provider (who will deliver again).
     """
     now = now or trusted_now()
-    _health_check_without_round_trip(connections[DEFAULT_DB_ALIAS])
+    health_check_without_round_trip(connections[DEFAULT_DB_ALIAS])
     provider = get_provider(provider_name)
     truncated = declared_size > size_limit or len(body) > size_limit
     # The body is stored as bytes (bytea holds any byte); headers are text, where PostgreSQL cannot
@@ -248,23 +248,6 @@ def _inbox_row(provider_name: str, event: dict[str, Any], now: datetime,
             "outcome": EventOutcome.QUARANTINED, "processed_at": now,
             "outcome_detail": f"{DOOR_PREFIX}{quarantine[0]}: {quarantine[1]}"[:4000]}),
     )
-
-
-def _health_check_without_round_trip(db: BaseDatabaseWrapper) -> None:
-    """Django's health check (CONN_HEALTH_CHECKS) asks a reused PostgreSQL connection SELECT 1 before
-    the first query of each request: a round trip, and on a busy machine a wait for the scheduler,
-    on every delivery. A connection the server has closed (a restart, a terminated backend, an idle
-    timeout) has its FATAL notice or end of file waiting on the socket, where nothing else arrives
-    while no query is in flight; psycopg knows one it has seen break. Such a connection, or one with
-    anything to read, gets Django's own check; a quiet one is taken as healthy without asking, which
-    is what Django's check would have found. Other databases (the SQLite demo) keep Django's."""
-    raw = db.connection
-    if raw is None or db.vendor != "postgresql" or not db.health_check_enabled or db.health_check_done:
-        return
-    if not (raw.closed or raw.broken) and not select.select([raw.pgconn.socket], [], [], 0)[0]:
-        db.health_check_done = True
-        return
-    db.close_if_health_check_failed()
 
 
 def _insert_new_event(row: ProviderEvent, raw: WebhookDelivery) -> int | None:
