@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from functools import cache
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field, Model
+from django.db.models import Model
 
+from agentpay.bridge import insert_fields as _fields
+from agentpay.bridge import insert_params as _insert_params
+from agentpay.bridge import mark_saved as _saved
 from agentpay.models import Fulfillment, IntentReceipt, OutboxMessage, PaymentIntent, Settlement
 
 # False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
@@ -72,22 +74,6 @@ def _write_orm(writes: OpenWrites) -> None:
     if writes.outbox is not None:
         writes.outbox.intent = writes.intent
         writes.outbox.save(force_insert=True)
-
-
-def _saved(db: BaseDatabaseWrapper, obj: Model, pk: int) -> None:
-    obj.pk = pk
-    obj._state.adding = False
-    obj._state.db = db.alias
-
-
-def _fields(model: type[Model], but: str = "") -> list[Field]:
-    return [f for f in model._meta.local_concrete_fields if not f.primary_key and f.name != but]
-
-
-def _insert_params(db: BaseDatabaseWrapper, obj: Model, but: str = "") -> list:
-    """The values Django's own INSERT of `obj` would send (defaults applied, each field's
-    conversion), without the primary key and the field named `but`."""
-    return [f.get_db_prep_save(f.pre_save(obj, True), db) for f in _fields(type(obj), but)]
 
 
 @cache

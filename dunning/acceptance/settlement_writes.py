@@ -23,11 +23,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field, Model
+from django.db.models import Model
 from django.utils import timezone
 from simple_history.utils import bulk_create_with_history, get_change_reason_from_object
 
+from dunning.acceptance.row_inserts import insert_fields as _fields
+from dunning.acceptance.row_inserts import insert_params as _insert_params
+from dunning.acceptance.row_inserts import mark_saved as _saved
 from dunning.models import OutboxMessage, TransitionReceipt
 from entitlements.models import EntitlementSnapshot
 from subscriptions.models import Subscription
@@ -85,22 +87,6 @@ def _write_orm(writes: SettlementWrites) -> None:
         # One INSERT for the rows and one for their history rows (the same rows the post_save
         # signal writes one at a time, user included), instead of two statements per row.
         bulk_create_with_history(list(writes.outbox), OutboxMessage)
-
-
-def _saved(db: BaseDatabaseWrapper, obj: Model, pk: int) -> None:
-    obj.pk = pk
-    obj._state.adding = False
-    obj._state.db = db.alias
-
-
-def _fields(model: type[Model], but: str = "") -> list[Field]:
-    return [f for f in model._meta.local_concrete_fields if not f.primary_key and f.name != but]
-
-
-def _insert_params(db: BaseDatabaseWrapper, obj: Model, but: str = "") -> list[Any]:
-    """The values Django's own INSERT of `obj` would send (defaults and `auto_now_add` applied,
-    each field's conversion), without the primary key and the field named `but`."""
-    return [f.get_db_prep_save(f.pre_save(obj, True), db) for f in _fields(type(obj), but)]
 
 
 def _history_params(obj: Model, history_type: str) -> list[Any]:
