@@ -19,6 +19,8 @@ from django.db.models import F
 
 from agentpay import ids
 from agentpay.models import AccountKind, LedgerAccount, PaymentIntent, Tenant, Transfer, TransferKind
+from agentpay.services import ledger_writes
+from agentpay.services.ledger_writes import hold_write, resolve_write
 
 
 class LedgerRefusal(Exception):
@@ -79,38 +81,52 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
     if wallet.available < amount:
         raise LedgerRefusal("INSUFFICIENT_BALANCE", f"available {wallet.available} {wallet.currency}, "
                                                     f"the call costs {amount}")
+    shard = system_shard(wallet.pk)
+    revenue_id = _SYSTEM_IDS.get((AccountKind.REVENUE, wallet.currency, shard))
+    hold = Transfer(
+        transfer_id=ids.new_id(ids.HOLD), kind=TransferKind.PENDING, debit_account=wallet,
+        credit_account_id=revenue_id, amount=amount, currency=wallet.currency, intent=intent, actor=actor,
+        created_at=now, reason=f"hold for {intent.intent_id}")
+    if revenue_id is not None and ledger_writes.one_statement() and hold_write(hold):
+        return hold
+    # Through the ORM (the embedded demo), or the first hold on a revenue shard this process has
+    # not seen (its id is looked up, and the account made if there is none yet).
     with transaction.atomic(savepoint=False):
         _move(wallet.pk, debits_pending=amount)
-        revenue_id = _move_system(AccountKind.REVENUE, wallet.currency, system_shard(wallet.pk),
-                                  credits_pending=amount)
-        hold = Transfer.objects.create(
-            transfer_id=ids.new_id(ids.HOLD), kind=TransferKind.PENDING, debit_account=wallet,
-            credit_account_id=revenue_id, amount=amount, currency=wallet.currency, intent=intent, actor=actor,
-            created_at=now, reason=f"hold for {intent.intent_id}")
+        hold.credit_account_id = _move_system(AccountKind.REVENUE, wallet.currency, shard, credits_pending=amount)
+        hold.save(force_insert=True)
     return hold
 
 
 def _resolve(hold: Transfer, kind: str, actor: str, now: datetime, reason: str, ticket: str) -> Transfer:
     if hold.kind != TransferKind.PENDING:
         raise LedgerRefusal("NOT_A_HOLD", f"{hold.transfer_id} is a {hold.kind} transfer")
-    try:
-        # The unique `pending` decides "already resolved" (no SELECT first); a savepoint, so the
-        # refusal leaves the caller's transaction usable.
-        with transaction.atomic():
-            resolution = Transfer.objects.create(
-                transfer_id=ids.new_id(ids.TRANSFER), kind=kind, debit_account_id=hold.debit_account_id,
-                credit_account_id=hold.credit_account_id, amount=hold.amount, currency=hold.currency,
-                pending=hold, intent_id=hold.intent_id, actor=actor, created_at=now, reason=reason, ticket=ticket)
-    except IntegrityError:
-        raise LedgerRefusal("HOLD_ALREADY_RESOLVED", f"{hold.transfer_id} was already posted or voided") from None
-    amount = hold.amount
-    if kind == TransferKind.POST_PENDING:
-        _move(hold.debit_account_id, debits_pending=-amount, debits_posted=amount)
-        _move(hold.credit_account_id, credits_pending=-amount, credits_posted=amount)
-    else:
-        _move(hold.debit_account_id, debits_pending=-amount)
-        _move(hold.credit_account_id, credits_pending=-amount)
+    resolution = Transfer(
+        transfer_id=ids.new_id(ids.TRANSFER), kind=kind, debit_account_id=hold.debit_account_id,
+        credit_account_id=hold.credit_account_id, amount=hold.amount, currency=hold.currency, pending=hold,
+        intent_id=hold.intent_id, actor=actor, created_at=now, reason=reason, ticket=ticket)
+    # The unique `pending` decides "already resolved" (no SELECT first), in both paths.
+    resolved = resolve_write(resolution) if ledger_writes.one_statement() else _resolve_orm(resolution)
+    if not resolved:
+        raise LedgerRefusal("HOLD_ALREADY_RESOLVED", f"{hold.transfer_id} was already posted or voided")
     return resolution
+
+
+def _resolve_orm(resolution: Transfer) -> bool:
+    """The resolution through the ORM (the embedded SQLite demo): False when the hold is resolved."""
+    try:
+        with transaction.atomic():  # a savepoint: the refusal leaves the caller's transaction usable
+            resolution.save(force_insert=True)
+    except IntegrityError:
+        return False
+    amount = resolution.amount
+    if resolution.kind == TransferKind.POST_PENDING:
+        _move(resolution.debit_account_id, debits_pending=-amount, debits_posted=amount)
+        _move(resolution.credit_account_id, credits_pending=-amount, credits_posted=amount)
+    else:
+        _move(resolution.debit_account_id, debits_pending=-amount)
+        _move(resolution.credit_account_id, credits_pending=-amount)
+    return True
 
 
 def ledger_capture(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "") -> Transfer:

@@ -1,0 +1,99 @@
+"""A hold, and its capture or release, in one statement each on PostgreSQL.
+
+Through the ORM a resolution is five statements: a savepoint, the resolving transfer's INSERT
+(the unique `hold_resolved_once` refuses a second one), the savepoint's release, and one UPDATE
+of each account's totals. Here they are data-modifying CTEs of one statement: the INSERT skips a
+second resolution of the hold (`ON CONFLICT … DO NOTHING` on that unique index, which waits for
+a concurrent first one exactly as the plain INSERT does), and each UPDATE takes its amount from
+the row before it, so nothing moves when the transfer was not written, and the rows are taken in
+the ledger's order: the hold's index entry, the debit account (the wallet), then the credit
+account (the system account, always last). A CTE's UPDATE locks its row only once the row it
+joins has come out of the CTE before it, so that order is the plan's whatever join it picks.
+
+The values are the Transfer's own, as Django's INSERT sends them (agentpay.bridge's
+insert_params). The embedded SQLite demo resolves through the ORM (ledger._resolve_orm);
+tests/agentpay/test_ledger_writes.py compares both paths on PostgreSQL, row for row.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from agentpay.bridge import insert_fields, insert_params, mark_saved
+from agentpay.models import LedgerAccount, Transfer, TransferKind
+
+# False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
+ONE_STATEMENT = True
+
+
+def one_statement() -> bool:
+    return ONE_STATEMENT and connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
+
+
+def hold_write(hold: Transfer) -> bool:
+    """Insert `hold` (a pending transfer, unsaved, its debit account the wallet the caller
+    locked) and move both accounts' pending totals; False, with nothing written, when its credit
+    account (a cached system account id) is not there."""
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.cursor() as cursor:
+        cursor.execute(_hold_statement(), [hold.amount, hold.credit_account_id, hold.amount, hold.debit_account_id,
+                                           *insert_params(db, hold)])
+        (pk,) = cursor.fetchone()
+    if pk is None:
+        return False
+    mark_saved(db, hold, pk)
+    return True
+
+
+def resolve_write(resolution: Transfer) -> bool:
+    """Insert `resolution` (a post_pending or void_pending of its hold, unsaved) and move both
+    accounts' totals; False, with nothing written, when the hold is already resolved."""
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.cursor() as cursor:
+        cursor.execute(_statement(resolution.kind == TransferKind.POST_PENDING),
+                       [*insert_params(db, resolution), resolution.debit_account_id, resolution.credit_account_id])
+        pk, moved = cursor.fetchone()
+    if pk is None:
+        return False
+    if moved != 1:  # an account id taken from the hold itself (a foreign key): cannot happen
+        raise LookupError(f"an account of {resolution.pending_id} did not move")
+    mark_saved(db, resolution, pk)
+    return True
+
+
+@cache
+def _hold_statement() -> str:
+    """The system account first: its UPDATE moving no row (a stale cached id) stops the rest. The
+    wallet is locked by the caller already, so this takes no lock before the system account's
+    that the wallet-then-system order would take after it."""
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    transfer, account = qn(Transfer._meta.db_table), qn(LedgerAccount._meta.db_table)
+    fields = insert_fields(Transfer)
+    return (f'WITH c AS (UPDATE {account} a SET "credits_pending" = a."credits_pending" + %s WHERE a.id = %s '
+            f"RETURNING a.id), "
+            f'd AS (UPDATE {account} a SET "debits_pending" = a."debits_pending" + %s FROM c WHERE a.id = %s '
+            f"RETURNING a.id), "
+            f"t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
+            f"SELECT {', '.join(['%s'] * len(fields))} FROM d RETURNING id) "
+            f"SELECT (SELECT id FROM t)")
+
+
+@cache
+def _statement(post: bool) -> str:
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    transfer, account = qn(Transfer._meta.db_table), qn(LedgerAccount._meta.db_table)
+    fields = insert_fields(Transfer)
+    pending = qn(Transfer._meta.get_field("pending").column)
+
+    def moved(side: str) -> str:  # the pending total gives the amount back; a capture posts it
+        return ", ".join([f'"{side}_pending" = a."{side}_pending" - t.amount',
+                          *([f'"{side}_posted" = a."{side}_posted" + t.amount'] if post else [])])
+
+    return (f"WITH t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}) "
+            f"ON CONFLICT ({pending}) WHERE {pending} IS NOT NULL DO NOTHING RETURNING id, amount), "
+            f"d AS (UPDATE {account} a SET {moved('debits')} FROM t WHERE a.id = %s RETURNING t.id, t.amount), "
+            f"c AS (UPDATE {account} a SET {moved('credits')} FROM d t WHERE a.id = %s RETURNING t.id) "
+            f"SELECT (SELECT id FROM t), (SELECT count(*) FROM c)")
