@@ -34,6 +34,7 @@ from agentpay.models import (
     PaymentIntent,
     Settlement,
 )
+from agentpay.services.accept_writes import AcceptWrites, accept_write
 from agentpay.services.effects import EFFECTS, EffectContext
 from agentpay.services.locking import lock_intent
 from agentpay.services.results import Cause, Outcome, Refusal, Step
@@ -130,24 +131,23 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
         ctx.intent_fields["processing_until"] = None
     # Compare-and-set: the lock makes a lost update impossible here; the generation is what a
     # caller's `expect_generation` (and a stale admin form) is checked against.
-    changed = PaymentIntent.objects.filter(pk=intent.pk, generation=generation).update(
-        generation=generation + 1, state=intent.state, state_changed_at=intent.state_changed_at, **ctx.intent_fields)
-    if changed != 1:
-        raise Refusal("STALE_GENERATION", "the intent changed while this step was applied", steps[0])
-    intent.generation = generation + 1
-    for name, value in ctx.intent_fields.items():
-        setattr(intent, name, value)
+    intent_fields = {"generation": generation + 1, "state": intent.state, "state_changed_at": intent.state_changed_at,
+                     **ctx.intent_fields}
     moved = {step.line for step, from_state, to_state in applied if to_state != from_state}
     # A line that neither moved nor took a field is not written again (it is locked, unchanged).
-    if "settlement" in moved or ctx.settlement_fields:
-        settlement.save(update_fields=["state", "state_changed_at", *ctx.settlement_fields])
-    if "fulfillment" in moved or ctx.fulfillment_fields:
-        fulfillment.save(update_fields=["state", "state_changed_at", *ctx.fulfillment_fields])
-    receipts = IntentReceipt.objects.bulk_create([  # one INSERT; PostgreSQL returns the ids in order
-        accepted_receipt(intent, step, from_state, to_state, intent.generation, cause, now)
-        for step, from_state, to_state in applied
-    ])
-    outbox_message(intent, lines, [step for step, _, _ in applied], cause, now).save(force_insert=True)
+    line_fields = {line: ["state", "state_changed_at", *sorted(fields)] if line in moved or fields else []
+                   for line, fields in (("settlement", ctx.settlement_fields), ("fulfillment", ctx.fulfillment_fields))}
+    for name, value in intent_fields.items():
+        setattr(intent, name, value)
+    receipts = [accepted_receipt(intent, step, from_state, to_state, intent.generation, cause, now)
+                for step, from_state, to_state in applied]
+    written = accept_write(AcceptWrites(
+        intent=intent, loaded_generation=generation, intent_fields=intent_fields, settlement=settlement,
+        settlement_fields=line_fields["settlement"], fulfillment=fulfillment,
+        fulfillment_fields=line_fields["fulfillment"], receipts=receipts,
+        outbox=outbox_message(intent, lines, [step for step, _, _ in applied], cause, now)))
+    if not written:
+        raise Refusal("STALE_GENERATION", "the intent changed while this step was applied", steps[0])
     log.info("intent %s accepted %s → generation %s", intent.intent_id,
              ", ".join(f"{s.line}.{s.event}" for s, _, _ in applied), intent.generation)
     return Outcome(accepted=True, intent_id=intent.intent_id, lines=lines, generation=intent.generation,

@@ -22,7 +22,6 @@ from agentpay.models import (
     AccountKind,
     Fulfillment,
     GatewayRequest,
-    IntentReceipt,
     LedgerAccount,
     PaymentIntent,
     PricedRoute,
@@ -133,7 +132,8 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
             now: datetime, log: GatewayRequest | None) -> None:
     # An open whose steps write no row before the intent's (the challenge: DEFERRABLE) is one
     # statement on PostgreSQL (open_writes); the wallet's hold writes the ledger first, citing the
-    # intent, so that open inserts the intent first.
+    # intent, so that open inserts the intent first (and locks the wallet after it, as the
+    # acceptance orders its locks), then the rest in one statement.
     deferred = all((step.line, step.event) in DEFERRABLE for step, _, _ in applied)
     if not deferred:
         intent.save(force_insert=True)  # in the lines it leaves; in memory it walks them with the steps
@@ -169,18 +169,10 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
     if log is not None:
         log.pk, log._state.adding = None, True  # an attempt rolled back may have given it an id
         log.intent = intent
-    if deferred:
-        open_write(OpenWrites(intent=intent, settlement=settlement, fulfillment=fulfillment,
-                              children=[*ctx.deferred, *([log] if log is not None else [])], receipts=receipts,
-                              outbox=outbox))
-        return
-    settlement.save(force_insert=True)
-    fulfillment.save(force_insert=True)
-    IntentReceipt.objects.bulk_create(receipts)  # one INSERT
-    if outbox is not None:
-        outbox.save(force_insert=True)
-    if log is not None:
-        log.save(force_insert=True)
+    # The rest in one statement too (the intent's INSERT with them when it was deferred).
+    open_write(OpenWrites(intent=intent, settlement=settlement, fulfillment=fulfillment,
+                          children=[*(ctx.deferred or []), *([log] if log is not None else [])], receipts=receipts,
+                          outbox=outbox))
 
 
 def intent_claim_lease(*, intent: PaymentIntent, now: datetime) -> bool:

@@ -43,15 +43,17 @@ class OpenWrites:
 
 
 def open_write(writes: OpenWrites) -> None:
-    """Insert the intent and its rows; sets their primary keys and intent ids."""
+    """Insert the intent (unless it is saved already) and its rows; sets their primary keys and
+    intent ids."""
     db = connections[DEFAULT_DB_ALIAS]
     if db.vendor != "postgresql" or not ONE_STATEMENT:
         _write_orm(writes)
         return
     rows = [writes.settlement, writes.fulfillment, *writes.children, *writes.receipts,
             *([writes.outbox] if writes.outbox is not None else [])]
-    sql = _statement(tuple(type(row) for row in rows))
-    params = _insert_params(db, writes.intent)
+    inserted = not writes.intent._state.adding
+    sql = _statement(tuple(type(row) for row in rows), inserted)
+    params = [writes.intent.pk] if inserted else _insert_params(db, writes.intent)
     for row in rows:
         params += _insert_params(db, row, but="intent")
     with db.cursor() as cursor:
@@ -64,7 +66,8 @@ def open_write(writes: OpenWrites) -> None:
 
 
 def _write_orm(writes: OpenWrites) -> None:
-    writes.intent.save(force_insert=True)
+    if writes.intent._state.adding:
+        writes.intent.save(force_insert=True)
     for row in (writes.settlement, writes.fulfillment, *writes.children):
         row.intent = writes.intent  # the FK's id, now the intent has one
         row.save(force_insert=True)
@@ -77,9 +80,10 @@ def _write_orm(writes: OpenWrites) -> None:
 
 
 @cache
-def _statement(shape: tuple[type[Model], ...]) -> str:
+def _statement(shape: tuple[type[Model], ...], inserted: bool = False) -> str:
     """The one statement of an open writing the intent and rows of these models, in this order;
-    the final SELECT returns the intent's id, then each row's."""
+    the final SELECT returns the intent's id, then each row's. `inserted`: the intent is in
+    already (the wallet's hold needed it first), its id is the first parameter."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
 
     def insert(name: str, model: type[Model], source: str) -> str:
@@ -90,7 +94,8 @@ def _statement(shape: tuple[type[Model], ...]) -> str:
                 f"SELECT {', '.join(values)}{' FROM ' + source if source else ''} "
                 f"RETURNING {qn(model._meta.pk.column)} AS id)")
 
-    ctes, names, previous_receipt = [insert("i", PaymentIntent, "")], ["i"], ""
+    intent = f"i AS (SELECT %s AS {qn(PaymentIntent._meta.pk.column)})" if inserted else insert("i", PaymentIntent, "")
+    ctes, names, previous_receipt = [intent], ["i"], ""
     for n, model in enumerate(shape):
         name = f"w{n}"
         # A receipt after another selects from its RETURNING: inserted after it, a higher id.

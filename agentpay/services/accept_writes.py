@@ -1,0 +1,134 @@
+"""The rows an accepted generation writes (intent_accept), in one statement on PostgreSQL.
+
+After its effects, an acceptance writes the intent's compare-and-set UPDATE (the generation as
+the lock read loaded it), the settlement's and the fulfillment's UPDATE when their line moved or
+an effect set a field, one receipt per step and the generation's outbox row: up to five
+statements through the ORM, each compiled and sent on its own. Here they are data-modifying
+CTEs of one statement, in the acceptance's transaction. Every other row selects from the intent's
+UPDATE, so when the compare-and-set finds another generation nothing at all is written and the
+statement returns no row. The rows are all locked by the acceptance's lock read already (or new),
+so the order the CTEs run in takes no lock another acceptance could be waiting for. The receipts
+are chained (each selects from the one before's RETURNING), so their ids come in step order, as
+the ORM's one INSERT gives them.
+
+The values are the ones Django sends: the UPDATE's field by field (`get_db_prep_save`, as
+QuerySet.update and save(update_fields=…) do) and the INSERTs' as its INSERT
+(agentpay.bridge's insert_params, the house pattern of open_writes.py). The embedded SQLite demo
+writes through the ORM, the same statements as before (tests/agentpay/test_accept_writes.py
+compares both paths on PostgreSQL, row for row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Model
+
+from agentpay.bridge import insert_fields, insert_params, mark_saved
+from agentpay.models import Fulfillment, IntentReceipt, OutboxMessage, PaymentIntent, Settlement
+
+# False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
+ONE_STATEMENT = True
+
+
+@dataclass(frozen=True)
+class AcceptWrites:
+    intent: PaymentIntent  # its fields as accepted; `loaded_generation` is the one the lock read found
+    loaded_generation: int
+    intent_fields: dict[str, Any]  # the intent's UPDATE: field name → value (generation and state included)
+    settlement: Settlement
+    settlement_fields: Sequence[str]  # empty: the settlement is not written
+    fulfillment: Fulfillment
+    fulfillment_fields: Sequence[str]
+    receipts: Sequence[IntentReceipt]  # unsaved, step order
+    outbox: OutboxMessage  # unsaved
+
+
+def accept_write(writes: AcceptWrites) -> bool:
+    """Write the generation; False, with nothing written, when the intent is not at
+    `loaded_generation` any more. Sets the receipts' and the outbox row's primary keys."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql" or not ONE_STATEMENT:
+        return _write_orm(writes)
+    intent_names = tuple(writes.intent_fields)
+    settlement_names, fulfillment_names = tuple(writes.settlement_fields), tuple(writes.fulfillment_fields)
+    params = [_prep(db, PaymentIntent, name, value) for name, value in writes.intent_fields.items()]
+    params += [writes.intent.pk, writes.loaded_generation]
+    for row, names in ((writes.settlement, settlement_names), (writes.fulfillment, fulfillment_names)):
+        if names:
+            params += [_prep(db, type(row), name, getattr(row, type(row)._meta.get_field(name).attname))
+                       for name in names]
+            params.append(row.pk)
+    for row in (*writes.receipts, writes.outbox):
+        params += insert_params(db, row, but="intent")
+    sql = _statement(intent_names, settlement_names, fulfillment_names, len(writes.receipts))
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchone()
+    if found is None:
+        return False
+    for row, pk in zip((*writes.receipts, writes.outbox), found, strict=True):
+        mark_saved(db, row, pk)
+    return True
+
+
+def _prep(db: Any, model: type[Model], name: str, value: Any) -> Any:
+    return model._meta.get_field(name).get_db_prep_save(value, db)
+
+
+def _write_orm(writes: AcceptWrites) -> bool:
+    changed = PaymentIntent.objects.filter(pk=writes.intent.pk, generation=writes.loaded_generation).update(
+        **writes.intent_fields)
+    if changed != 1:
+        return False
+    if writes.settlement_fields:
+        writes.settlement.save(update_fields=list(writes.settlement_fields))
+    if writes.fulfillment_fields:
+        writes.fulfillment.save(update_fields=list(writes.fulfillment_fields))
+    IntentReceipt.objects.bulk_create(list(writes.receipts))  # one INSERT; PostgreSQL returns the ids in order
+    writes.outbox.save(force_insert=True)
+    return True
+
+
+@cache
+def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...], fulfillment_names: tuple[str, ...],
+               receipts: int) -> str:
+    """The intent's compare-and-set, the lines' UPDATEs that have fields, `receipts` receipts and
+    the outbox row; selects the receipts' ids and the outbox row's, no row when the CAS failed."""
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+
+    def sets(model: type[Model], names: tuple[str, ...]) -> str:
+        return ", ".join(f"{qn(model._meta.get_field(name).column)} = %s" for name in names)
+
+    def update(name: str, model: type[Model], names: tuple[str, ...]) -> str:
+        table = qn(model._meta.db_table)
+        return (f"{name} AS (UPDATE {table} SET {sets(model, names)} FROM i "
+                f"WHERE {table}.{qn(model._meta.pk.column)} = %s RETURNING 1)")
+
+    def insert(name: str, model: type[Model], source: str) -> str:
+        fields = insert_fields(model, "intent")
+        columns = [qn(f.column) for f in fields] + [qn(model._meta.get_field("intent").column)]
+        return (f"{name} AS (INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) "
+                f"SELECT {', '.join(['%s'] * len(fields))}, i.id FROM {source} "
+                f"RETURNING {qn(model._meta.pk.column)} AS id)")
+
+    intent = qn(PaymentIntent._meta.db_table)
+    ctes = [f"i AS (UPDATE {intent} SET {sets(PaymentIntent, intent_names)} "
+            f"WHERE {qn(PaymentIntent._meta.pk.column)} = %s AND {qn('generation')} = %s "
+            f"RETURNING {qn(PaymentIntent._meta.pk.column)} AS id)"]
+    if settlement_names:
+        ctes.append(update("s", Settlement, settlement_names))
+    if fulfillment_names:
+        ctes.append(update("f", Fulfillment, fulfillment_names))
+    names = []
+    for n in range(receipts):
+        # A receipt after another selects from its RETURNING: inserted after it, a higher id.
+        ctes.append(insert(f"r{n}", IntentReceipt, f"i, r{n - 1}" if n else "i"))
+        names.append(f"r{n}")
+    ctes.append(insert("o", OutboxMessage, "i"))
+    names.append("o")
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(f'{name}.id' for name in names)} FROM {', '.join(names)}"
