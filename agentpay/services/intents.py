@@ -19,10 +19,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from agentpay.models import (
-    AccountKind,
     Fulfillment,
     GatewayRequest,
-    LedgerAccount,
     PaymentIntent,
     PricedRoute,
     Settlement,
@@ -30,7 +28,7 @@ from agentpay.models import (
 )
 from agentpay.services.acceptance import WALLET_READERS, accepted_receipt, outbox_message
 from agentpay.services.effects import EFFECTS, EffectContext
-from agentpay.services.open_writes import OpenWrites, open_write
+from agentpay.services.open_writes import OpenWrites, open_insert_locking_wallet, open_write
 from agentpay.services.results import Cause, Refusal, Step
 from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, TRANSITIONS, WALLET, Lines, step_verdict
 
@@ -135,16 +133,16 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
     # intent, so that open inserts the intent first (and locks the wallet after it, as the
     # acceptance orders its locks), then the rest in one statement.
     deferred = all((step.line, step.event) in DEFERRABLE for step, _, _ in applied)
-    if not deferred:
-        intent.save(force_insert=True)  # in the lines it leaves; in memory it walks them with the steps
+    wallet = None
+    # The intent in the lines it leaves; in memory it walks them with the steps.
+    if any((step.line, step.event) in WALLET_READERS for step, _, _ in applied) and intent.rail == WALLET:
+        wallet = open_insert_locking_wallet(intent)
+    elif not deferred:
+        intent.save(force_insert=True)
     settlement = Settlement(intent=intent, rail=intent.rail, created_at=now, state_changed_at=now)
     fulfillment = Fulfillment(intent=intent, state_changed_at=now)
     rows = {INTENT: intent, SETTLEMENT: settlement, FULFILLMENT: fulfillment}
     intent.state = initial.intent
-    wallet = None
-    if any((step.line, step.event) in WALLET_READERS for step, _, _ in applied) and intent.rail == WALLET:
-        wallet = (LedgerAccount.objects.select_for_update()
-                  .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
     ctx = EffectContext(intent=intent, settlement=settlement, fulfillment=fulfillment, wallet=wallet, cause=cause,
                         now=now, deferred=[] if deferred else None)
     for step, _, to_state in applied:

@@ -56,6 +56,15 @@ _SHAPES = {
 }
 
 
+# The wallet's columns under the alias `w`, and a row's slice of them as an instance (the open's
+# INSERT that locks the wallet, open_writes).
+WALLET_COLUMNS = _SHAPES["w"].select
+
+
+def wallet_load(values: list[Any]) -> LedgerAccount:
+    return _SHAPES["w"].load(values)
+
+
 def _statement(with_wallet: bool) -> tuple[str, list[str]]:
     aliases = ["i", "t", "s", "h", "f"] + (["w"] if with_wallet else [])
     wallet_join = (f' JOIN "{LedgerAccount._meta.db_table}" w ON i.rail = %s AND w.kind = %s'

@@ -26,7 +26,16 @@ from django.db.models import Model
 from agentpay.bridge import insert_fields as _fields
 from agentpay.bridge import insert_params as _insert_params
 from agentpay.bridge import mark_saved as _saved
-from agentpay.models import Fulfillment, IntentReceipt, OutboxMessage, PaymentIntent, Settlement
+from agentpay.models import (
+    AccountKind,
+    Fulfillment,
+    IntentReceipt,
+    LedgerAccount,
+    OutboxMessage,
+    PaymentIntent,
+    Settlement,
+)
+from agentpay.services.locking import WALLET_COLUMNS, wallet_load
 
 # False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
 ONE_STATEMENT = True
@@ -65,6 +74,27 @@ def open_write(writes: OpenWrites) -> None:
         _saved(db, row, pk)
 
 
+def open_insert_locking_wallet(intent: PaymentIntent) -> LedgerAccount | None:
+    """Insert `intent`, then lock its tenant's wallet in its currency (the acceptance's lock
+    order: the intent's rows, then the wallet), in one statement on PostgreSQL: the wallet joins
+    the INSERT's RETURNING, so the statement reaches the wallet only once the intent is in, and
+    locks it only then. The wallet, or None when the tenant has none in that currency."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql" or not ONE_STATEMENT:
+        intent.save(force_insert=True)
+        return (LedgerAccount.objects.select_for_update()
+                .filter(kind=AccountKind.WALLET, tenant_id=intent.tenant_id, currency=intent.currency).first())
+    with db.cursor() as cursor:
+        cursor.execute(_insert_locking_wallet(), [*_insert_params(db, intent), AccountKind.WALLET.value])
+        row = cursor.fetchone()
+    if row is None:  # no such wallet (the hold will refuse); the intent is in all the same
+        mine = PaymentIntent.objects.filter(tenant_id=intent.tenant_id, idempotency_key=intent.idempotency_key)
+        _saved(db, intent, mine.values_list("pk", flat=True).get())
+        return None
+    _saved(db, intent, row[0])
+    return wallet_load(list(row[1:]))
+
+
 def _write_orm(writes: OpenWrites) -> None:
     if writes.intent._state.adding:
         writes.intent.save(force_insert=True)
@@ -77,6 +107,17 @@ def _write_orm(writes: OpenWrites) -> None:
     if writes.outbox is not None:
         writes.outbox.intent = writes.intent
         writes.outbox.save(force_insert=True)
+
+
+@cache
+def _insert_locking_wallet() -> str:
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    fields = _fields(PaymentIntent)
+    pk = qn(PaymentIntent._meta.pk.column)
+    return (f"WITH i AS (INSERT INTO {qn(PaymentIntent._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {pk} AS id, tenant_id, currency) "
+            f"SELECT i.id, {WALLET_COLUMNS} FROM i JOIN {qn(LedgerAccount._meta.db_table)} w "
+            f"ON w.tenant_id = i.tenant_id AND w.currency = i.currency AND w.kind = %s FOR UPDATE OF w")
 
 
 @cache

@@ -83,7 +83,7 @@ def test_a_paid_call_locks_the_wallet_only_to_hold_and_never_writes_a_system_acc
         assert call("ok", key="measured").status_code == 200
     sql = [q["sql"] for q in captured.captured_queries]
     locks = [s for s in sql if "FOR UPDATE" in s]
-    wallet_locks = [s for s in locks if s.startswith('SELECT "agentpay_ledgeraccount"') or s.endswith(", w")]
+    wallet_locks = [s for s in locks if s.startswith('SELECT "agentpay_ledgeraccount"') or s.endswith((", w", " OF w"))]
     assert len(wallet_locks) == 1  # the hold's, taken as the intent is opened; not the capture's
     # The open's wallet lock (authorize + hold on open), then one lock statement per acceptance:
     # dispatch, the answer.

@@ -151,14 +151,14 @@ def test_a_relayed_answer_reads_nothing_back(funded, routes, call):
     # After the answer's writes (its outbox row among them), nothing is read.
     after = sql[max(i for i, s in enumerate(sql) if s.startswith("WITH i AS (UPDATE")):]
     assert not [s for s in after if s.startswith("SELECT")]  # no composite view read for a relayed answer
-    # request log 2, key, route; the open with authorize + hold 6; dispatch 4; the answer with the
+    # request log 2, key, route; the open with authorize + hold 5; dispatch 4; the answer with the
     # lease cleared 5 (was 60, then 42 with the open, the policy read and the lease apart, then 35
     # with each write its own statement)
     assert len(sql) <= 20, "\n".join(s[:100] for s in sql)
     assert not [s for s in sql if "ARRAY_AGG" in s]  # no policy read: the key's tenant, the hold's wallet
     assert not [s for s in sql if s.startswith('UPDATE "agentpay_paymentintent" SET "processing_until"')]
     assert intent.processing_until is None  # cleared by the answer's acceptance
-    opened = sql.index(next(s for s in sql if s.startswith('INSERT INTO "agentpay_paymentintent"')))
+    opened = sql.index(next(s for s in sql if s.startswith('WITH i AS (INSERT INTO "agentpay_paymentintent"')))
     transfer = sql.index(next(s for s in sql if s.startswith("WITH c AS (UPDATE") and '"agentpay_transfer"' in s))
     first_commit = opened + next(i for i, s in enumerate(sql[opened:]) if s.startswith("RELEASE SAVEPOINT"))
     assert transfer < first_commit  # the hold is taken in the open's own transaction
