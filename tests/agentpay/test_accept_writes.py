@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
 from agentpay.bridge import trusted_now
@@ -36,6 +35,7 @@ from agentpay.services.locking import lock_intent
 from agentpay.services.results import Cause, Step
 from agentpay.services.wallet_flow import authorize_and_hold
 from agentpay.states import Lines
+from tests.agentpay.rows import intent_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -45,18 +45,8 @@ STEPS = [[Step("intent", "payload_verified"), Step("settlement", "hold_acquired"
           Step("intent", "settlement_confirmed")]]
 
 
-def _row(obj: Model, intent: PaymentIntent) -> dict[str, Any]:
-    values = {f.name: getattr(obj, f.attname) for f in obj._meta.concrete_fields if f.name not in GENERATED}
-    return {k: (str(v).replace(intent.intent_id, "pi_*") if k in ("dedupe_key", "payload") else v)
-            for k, v in values.items()}
-
-
 def _rows(intent: PaymentIntent) -> dict[str, list[dict[str, Any]]]:
-    intent = PaymentIntent.objects.get(pk=intent.pk)
-    rows = {"intent": [_row(intent, intent)]}
-    for model in (Settlement, Fulfillment, IntentReceipt, OutboxMessage):
-        rows[model.__name__] = [_row(obj, intent) for obj in model.objects.filter(intent=intent).order_by("pk")]
-    return rows
+    return intent_rows(intent, (Settlement, Fulfillment, IntentReceipt, OutboxMessage), GENERATED)
 
 
 def _paid(tenant, route, key: str, now: datetime, cause: Cause) -> tuple[PaymentIntent, list[int]]:

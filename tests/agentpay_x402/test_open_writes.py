@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
 from agentpay.bridge import trusted_now
@@ -29,6 +28,7 @@ from agentpay.services import open_writes
 from agentpay.services.intents import intent_open
 from agentpay.services.results import Step
 from agentpay.states import INTENT
+from tests.agentpay.rows import intent_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -36,19 +36,8 @@ GENERATED = {"id", "intent", "intent_id", "settlement_id", "fulfillment_id", "ch
              "recorded_at"}
 
 
-def _row(obj: Model, intent: PaymentIntent) -> dict[str, Any]:
-    values = {f.name: getattr(obj, f.attname) for f in obj._meta.concrete_fields if f.name not in GENERATED}
-    # The intent's public id is in the outbox row's dedupe key and payload: the same row, another id.
-    return {k: (str(v).replace(intent.intent_id, "pi_*") if k in ("dedupe_key", "payload") else v)
-            for k, v in values.items()}
-
-
 def _rows(intent: PaymentIntent) -> dict[str, list[dict[str, Any]]]:
-    intent = PaymentIntent.objects.get(pk=intent.pk)
-    rows = {"intent": [_row(intent, intent)]}
-    for model in (Settlement, Fulfillment, PaymentChallenge, IntentReceipt, OutboxMessage):
-        rows[model.__name__] = [_row(obj, intent) for obj in model.objects.filter(intent=intent).order_by("pk")]
-    return rows
+    return intent_rows(intent, (Settlement, Fulfillment, PaymentChallenge, IntentReceipt, OutboxMessage), GENERATED)
 
 
 def _open(tenant, route, key: str, steps: list[Step], now: datetime, request_id: uuid.UUID) -> PaymentIntent:
