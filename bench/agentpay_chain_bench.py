@@ -74,7 +74,8 @@ def issuance(args: argparse.Namespace, database: str, seeded: dict[str, Any], lo
     tag = uuid.uuid4().hex[:8]
     result: dict[str, Any] = {"offered_rate": rate, "seconds": args.chain_402_seconds, "url": url}
     try:
-        probe = requests.post(url, data=b'{"q": 0}', headers={**auth, "Idempotency-Key": f"{tag}-probe"}, timeout=10)
+        # The first answer waits for a worker to import the project: ~10 s on a loaded machine.
+        probe = requests.post(url, data=b'{"q": 0}', headers={**auth, "Idempotency-Key": f"{tag}-probe"}, timeout=60)
         if probe.status_code != 402 or "PAYMENT-REQUIRED" not in probe.headers:
             raise RuntimeError(f"the on-chain route did not answer 402 + PAYMENT-REQUIRED: {probe.status_code} "
                                f"{probe.text[:300]}")

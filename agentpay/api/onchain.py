@@ -28,6 +28,7 @@ from django.http import HttpResponse, JsonResponse
 from rest_framework.request import Request
 
 from agentpay.api.problems import problem
+from agentpay.api.request_log import PAYMENT_REQUIRED_ANSWER
 from agentpay.bridge import ApiAccess, trusted_now
 from agentpay.composite import display_status
 from agentpay.models import ChainAuthorization, ChainTransaction, PaymentChallenge, PaymentIntent
@@ -155,7 +156,8 @@ def _challenge_header(intent: PaymentIntent) -> dict[str, str]:
 
 
 def _payment_required(intent_id: str, challenge: PaymentChallenge, status: str) -> JsonResponse:
-    return problem(402, "payment-required", "Payment required",
+    code, slug = PAYMENT_REQUIRED_ANSWER  # the request log may have written it with the open's row
+    return problem(code, slug, "Payment required",
                    f"pay {challenge.amount} atomic units of {challenge.asset} to {challenge.pay_to} on "
                    f"{challenge.network.caip2}: sign the PAYMENT-REQUIRED terms (EIP-3009) and send them as "
                    f"PAYMENT-SIGNATURE with the same Idempotency-Key before {challenge.expires_at.isoformat()}",

@@ -11,6 +11,13 @@ the view (`request_log_write`) when the key found an intent already, before anyt
 done with it. A call refused before that (a bad key, a bad body, an unknown route), or ending in
 an exception, changed nothing: its row is written once, with its answer, as the response leaves.
 So a crash never leaves an intent, or a step a request took, without the request's row.
+
+The answer is written with the row when the view knows it before the row is written: an unpaid
+on-chain call that opens its intent challenged answers 402 payment-required and nothing else
+(`request_log_expect`), so the open's one statement writes the row with that answer, its time
+and duration taken then, and no UPDATE follows. The middleware still compares: a response other
+than the expected one (the open fell back, the key found an intent, an exception) is written
+over it by the UPDATE, so every row ends with the answer the client got.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from agentpay.models import GatewayRequest
 PREFIX = "/agentpay/"
 # A priced call: its row is written with the first thing it changes (the module's docstring).
 DEFERRED_PREFIX = "/agentpay/v1/routes/"
+# The protocol's 402 (agentpay.api.onchain): (status, problem slug).
+PAYMENT_REQUIRED_ANSWER = (402, "payment-required")
 KEPT_HEADERS = ("content-type", "content-length", "idempotency-key", "user-agent", "agentpay-amount",
                 "agentpay-currency", "agentpay-rail", "payment-signature")
 log = logging.getLogger("agentpay.gateway")
@@ -60,6 +69,7 @@ class GatewayRequestLog:
         started = time.monotonic()
         request_id = uuid.uuid4()
         request.agentpay_request_id = request_id
+        request.agentpay_started = started
         too_big = False
         try:
             length = int(request.headers.get("content-length") or 0)
@@ -84,6 +94,7 @@ class GatewayRequestLog:
             idempotency_key=storable(request.headers.get("idempotency-key", ""))[:1000])
         request.agentpay_log = record
         request.agentpay_logged = False
+        request.agentpay_answer_written = None  # (status, problem) the row was written with
         if not request.path.startswith(DEFERRED_PREFIX):
             request_log_write(request)
         if too_big:
@@ -92,12 +103,19 @@ class GatewayRequestLog:
         else:
             response = self.get_response(request)  # an exception is already a 500 answer here
         response["X-Request-Id"] = str(request_id)
+        status, slug = response.status_code, getattr(response, "agentpay_problem", "")[:64]
+        if (status, slug) == PAYMENT_REQUIRED_ANSWER:
+            # x402's normal first answer, not a client error: no django.request warning per 402
+            # (formatting a record each); the line below logs it with its request_id.
+            response._has_been_logged = True
         answer = {"tenant": getattr(request, "agentpay_tenant", None),
                   "route": getattr(request, "agentpay_route", None),
-                  "intent": getattr(request, "agentpay_intent", None), "answer_status": response.status_code,
-                  "answer_problem": getattr(response, "agentpay_problem", "")[:64], "answered_at": trusted_now(),
+                  "intent": getattr(request, "agentpay_intent", None), "answer_status": status,
+                  "answer_problem": slug, "answered_at": trusted_now(),
                   "duration_ms": int((time.monotonic() - started) * 1000)}
-        if request.agentpay_logged:
+        if request.agentpay_logged and request.agentpay_answer_written == (status, slug):
+            pass  # written with the row (request_log_expect), and it is the answer sent
+        elif request.agentpay_logged:
             GatewayRequest.objects.filter(pk=record.pk).update(**answer)
         else:  # nothing this request did was written: its row and its answer in one INSERT
             for name, value in answer.items():
@@ -119,3 +137,16 @@ def request_log_write(request: HttpRequest) -> None:
     record.pk, record._state.adding = None, True  # an open rolled back may have given it an id
     record.save(force_insert=True)
     request.agentpay_logged = True
+
+
+def request_log_expect(request: HttpRequest, answer: tuple[int, str]) -> None:
+    """The view knows its answer (status, problem slug) before the request's row is written: the
+    row is written with it (answered now), and the answer's UPDATE is left out if the response is
+    that answer. Nothing once the row is written: the UPDATE then writes the answer as usual."""
+    if getattr(request, "agentpay_logged", True):
+        return
+    record: GatewayRequest = request.agentpay_log
+    record.answer_status, record.answer_problem = answer
+    record.answered_at = trusted_now()
+    record.duration_ms = int((time.monotonic() - request.agentpay_started) * 1000)
+    request.agentpay_answer_written = answer

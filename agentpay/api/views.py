@@ -19,7 +19,7 @@ from agentpay.api.auth import IsTenant, TenantApiKeyAuthentication
 from agentpay.api.front import MAX_SLUG
 from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
-from agentpay.api.request_log import request_log_write
+from agentpay.api.request_log import PAYMENT_REQUIRED_ANSWER, request_log_expect, request_log_write
 from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM, SETTLEMENT_IN_PROGRESS
 from agentpay.bridge import api_access_for, trusted_now
 from agentpay.composite import display_status_or_violation
@@ -188,6 +188,8 @@ class RouteCallView(_AgentPayView):
         log = getattr(request._request, "agentpay_log", None)  # the request's row, unless written already
         if log is not None and not request._request.agentpay_logged:
             log.tenant, log.route = tenant, priced
+            if rail == ONCHAIN and steps and not lease:  # unpaid: opened challenged, the 402 is the answer
+                request_log_expect(request._request, PAYMENT_REQUIRED_ANSWER)
         else:
             log = None
         opened = intent_open(tenant=tenant, route=priced, rail=rail, idempotency_key=key, digest=digest,

@@ -21,6 +21,7 @@ Step data:
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
@@ -64,12 +65,19 @@ def terms_of(challenge: PaymentChallenge) -> Terms:
                  valid_before_slack=settings.AGENTPAY_X402_VALID_BEFORE_SLACK_SECONDS)
 
 
+@lru_cache(maxsize=64)
+def _checksummed(address: str) -> str:
+    """The EIP-55 form of a network's token or payee address: a keccak each time, on every 402;
+    a process sees a handful of networks, whose addresses never change form."""
+    return to_checksum_address(address)
+
+
 def _requirement(intent: PaymentIntent, network: ChainNetwork, resource: str) -> dict[str, Any]:
     required = payment_required(
         resource_url=resource, description=f"{intent.route.name}: {intent.amount} {intent.currency} per call",
         requirement=exact_requirement(
-            caip2=network.caip2, asset=to_checksum_address(network.token_address),
-            pay_to=to_checksum_address(network.pay_to), amount=challenge_amount(intent, network),
+            caip2=network.caip2, asset=_checksummed(network.token_address),
+            pay_to=_checksummed(network.pay_to), amount=challenge_amount(intent, network),
             token_name=network.token_name, token_version=network.token_version,
             max_timeout_seconds=settings.AGENTPAY_CHALLENGE_TTL_SECONDS))
     return document(required)
