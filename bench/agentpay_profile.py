@@ -4,7 +4,9 @@ back to back, timed (wall and this process's CPU); then N more under pyinstrumen
 gunicorn worker does per call, without the HTTP server, the load generator or queueing.
 DATABASE_URL from the environment.
 
-Prints one ``RESULT <json>`` line: calls, wall seconds (unprofiled), ms and CPU ms each, statements each.
+Prints one ``RESULT <json>`` line: calls, wall seconds (unprofiled), ms and CPU ms each (this process's,
+and its PostgreSQL backend's, read from /proc: the bench runs the database on this machine),
+statements each.
 """
 
 from __future__ import annotations
@@ -55,10 +57,19 @@ def main(argv: list[str] | None = None) -> int:
     queries = len(captured.captured_queries)
     with open(args.profile.replace("_profile.txt", "_queries.sql"), "w") as fh:
         fh.writelines(f"-- {q['time']} s\n{q['sql']};\n" for q in captured.captured_queries)
-    began, cpu_began = time.perf_counter(), time.process_time()
+    from bench.sweep_worker import _backend_cpu_seconds
+
+    with connection.cursor() as cursor:  # the calls' one connection (this thread's), kept across requests
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    began, cpu_began, db_began = time.perf_counter(), time.process_time(), _backend_cpu_seconds(backend)
     for i in range(args.count):
         call(i)
     wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        # DB_CONN_MAX_AGE may have replaced the connection meanwhile: then the backend's CPU is unknown.
+        db_cpu = _backend_cpu_seconds(backend) - db_began if cursor.fetchone()[0] == backend else None
     profiler = Profiler(interval=0.0005)
     profiler.start()
     for i in range(args.count, 2 * args.count):
@@ -68,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         fh.write(profiler.output_text(unicode=False, color=False))
     print("RESULT " + json.dumps({"calls": args.count, "wall_seconds": wall, "ms_per_call": 1000 * wall / args.count,
                                   "cpu_ms_per_call": 1000 * cpu / args.count,
+                                  "db_cpu_ms_per_call": None if db_cpu is None else 1000 * db_cpu / args.count,
                                   "queries_per_call": queries}),
           flush=True)
     return 0

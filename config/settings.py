@@ -91,6 +91,17 @@ DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL") or 
                                               conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
                                               conn_health_checks=True)}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False  # writes choose their own durable transaction
+# PostgreSQL: server-side binding + prepared statements. Every hot path (grace sweep, paid event,
+# 402, wallet call) is bound by per-statement cost, much of it PostgreSQL planning the same few
+# dozen query shapes again and again; Django's default (psycopg's ClientCursor, values spliced into
+# the text) can never prepare. With server-side binding psycopg sends the parameters apart and
+# prepares a query on its DB_PREPARE_THRESHOLD-th execution on a connection (Django's default of
+# None never prepares). Prepared statements live per connection: they pay with DB_CONN_MAX_AGE > 0
+# and break behind a transaction-mode pooler (pgbouncer < 1.21) -- set DB_SERVER_SIDE_BINDING=0
+# there. SQLite is untouched.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("DB_SERVER_SIDE_BINDING", True):
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=int(os.environ.get("DB_PREPARE_THRESHOLD", "5")))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
