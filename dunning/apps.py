@@ -1,11 +1,14 @@
 from django.apps import AppConfig
 
+from dunning.psycopg_cache import widen_statement_cache
+
 
 class DunningConfig(AppConfig):
     name = "dunning"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        widen_statement_cache()  # before the first statement of any process that loads the app
         # These modules import models, so they load once the app registry is ready. The job
         # modules register the scheduled jobs; the webhook intake hands stored events to the
         # worker task, which it cannot import itself (the task runs the processing service).

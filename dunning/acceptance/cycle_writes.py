@@ -6,10 +6,10 @@ dunning.models.cycle (the generation and the state the row was loaded with) and 
 simple_history writes after it, two statements and most of Django's save machinery per step.
 The row is locked for the whole transaction, so the steps after the first compare against the
 row in memory; what the database needs is the row as the last step left it and one history row
-per step. Here a step stages its row (`CycleWrites.stage`, where `cycle.save()` was) and the end
-of the acceptance writes them (`CycleWrites.flush`): one UPDATE carrying the first step's
-compare-and-set, and the history rows in one multi-row INSERT (row order is step order), as
-data-modifying CTEs of one statement.
+per step. Here a step stages its row (`CycleWrites.stage`, where `cycle.save()` was: its
+auto_now stamp and its history row) and the end of the acceptance writes them
+(`CycleWrites.flush`): one UPDATE carrying the first step's compare-and-set, and the history rows
+in one multi-row INSERT (row order is step order), as data-modifying CTEs of one statement.
 
 The values are the ones Django's save would send at each step (each field's `pre_save`, so the
 `auto_now` stamp, and its database conversion) and the history rows the ones simple_history
@@ -49,7 +49,6 @@ class CycleWrites:
         # The compare-and-set of the first save: the row as the lock read loaded it.
         self.loaded_generation = cycle._loaded_generation
         self.loaded_state = cycle.state
-        self.values: list[Any] = []  # the UPDATE's values, as the last staged step left the row
         self.history: list[list[Any]] = []  # one history row per staged step
 
     def stage(self) -> None:
@@ -59,7 +58,8 @@ class CycleWrites:
             return
         db = connections[DEFAULT_DB_ALIAS]
         cycle = self.cycle
-        self.values = [f.get_db_prep_save(f.pre_save(cycle, False), db) for f in _fields()]
+        for f in _stamping_fields():
+            f.pre_save(cycle, False)  # what a save would stamp now (auto_now), which the history row records
         tracked = [f.get_db_prep_save(getattr(cycle, f.attname), db) for f in _history_fields()]
         self.history.append(tracked + _history_params(cycle, "~"))
 
@@ -69,10 +69,15 @@ class CycleWrites:
         if not self.history:
             return
         cycle = self.cycle
-        params = [*self.values, cycle.pk, self.loaded_generation, self.loaded_state]
+        db = connections[DEFAULT_DB_ALIAS]
+        # The row as the last step left it (its stamps included): only the last step's values are
+        # written, so they are converted once, here, not at every step. Nothing changes the row
+        # between the last stage and the flush (settlement only reads it).
+        values = [f.get_db_prep_save(getattr(cycle, f.attname), db) for f in _fields()]
+        params = [*values, cycle.pk, self.loaded_generation, self.loaded_state]
         for row in self.history:
             params += row
-        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(_statement(len(self.history)), params)
             (updated,) = cursor.fetchone()
         if not updated:
@@ -87,6 +92,13 @@ class CycleWrites:
 @cache
 def _fields() -> tuple[Field, ...]:
     return tuple(f for f in DunningCycle._meta.local_concrete_fields if not f.primary_key)
+
+
+@cache
+def _stamping_fields() -> tuple[Field, ...]:
+    """The fields whose `pre_save` may change the instance (DateTimeField's auto_now); for every
+    other field it returns the attribute as it stands."""
+    return tuple(f for f in _fields() if type(f).pre_save is not Field.pre_save)
 
 
 @cache

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connection
 
 from dunning.acceptance.inputs import Cause, Evidence
-from dunning.acceptance.locked_read import row_loader
+from dunning.acceptance.locked_read import active_incident_sql, row_loader
 from dunning.models import CauseKind, DunningCycle, IncidentSwitch, PaymentAttempt
 from dunning.policy.document import PolicyDocument
 from dunning.states import NO_RETRY_CLASSES, PENDING_ATTEMPT_STATES
@@ -55,6 +55,10 @@ class EdgeContext:
     side_effects: list[tuple[str, str, dict]] = field(default_factory=list)
     # The invoice mirror's status before this acceptance applied the evidence.
     invoice_status_before: str = ""
+    # The incident pausing restrictions as the acceptance's locked read found it (None: none);
+    # when `incident_read` is False the guard asks `active_incident` itself.
+    incident: IncidentSwitch | None = None
+    incident_read: bool = False
 
     def param(self, name: str, *, required: bool = True, default: Any = None) -> Any:
         if name in self.params:
@@ -121,18 +125,11 @@ def require_profile(name: str) -> None:
         refuse("UNKNOWN_PROFILE", f"{name!r} is not an entitlement profile")
 
 
-# `active_incident` by hand on PostgreSQL: a grace sweep asks twice per cycle (before its fetch,
-# and the guard in the acceptance), and the ORM compiled the query each time.
-ACTIVE_INCIDENT_SQL = """
-SELECT {columns} FROM dunning_incidentswitch x
-WHERE x.ended_at IS NULL AND x.pause_restrictions AND x.cohort IN ('*', %(cohort)s)
-ORDER BY x.started_at, x.id LIMIT 1
-"""
-
-
+# `active_incident` by hand on PostgreSQL: a grace sweep asks before its fetch, and the ORM
+# compiled the query each time. (The guard inside an acceptance reads it from the locked read.)
 @cache
 def _active_incident_sql() -> str:
-    return ACTIVE_INCIDENT_SQL.format(columns=row_loader(IncidentSwitch, "x").columns)
+    return active_incident_sql("%(cohort)s")
 
 
 def active_incident(cohort: str) -> IncidentSwitch | None:
@@ -148,7 +145,7 @@ def active_incident(cohort: str) -> IncidentSwitch | None:
 
 def require_restrictions_not_paused(ctx: EdgeContext) -> None:
     """An incident switch pauses new restrictions and automatic cancellations (SPEC §15)."""
-    incident = active_incident(ctx.subscription.cohort)
+    incident = ctx.incident if ctx.incident_read else active_incident(ctx.subscription.cohort)
     if incident is not None:
         refuse("RESTRICTIONS_PAUSED", f"incident {incident.ticket} pauses new restrictions since "
                                       f"{incident.started_at.isoformat()}: {incident.reason}")

@@ -17,6 +17,12 @@ compiled and loaded each one every time. Here:
    Reading the other cycles in statement 1 would be wrong: a concurrent acceptance we waited
    for may have moved them.
 
+   DECIDE_SQL also carries what the guards of one step would each have asked for in a round
+   trip of their own: PostgreSQL's clock (`clock_timestamp()`, read once the locks are held:
+   what `now_is_not_ahead` compares against under a `clock: DATABASE` policy) and the incident
+   that pauses restrictions for the subscription's cohort (`active_incident`'s read, which
+   begin_restriction, request_cancellation and cancel check). Both on every row, the same.
+
 Both go in one psycopg pipeline with the transaction's BEGIN: one round trip for all three.
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -31,7 +38,7 @@ from django.db import connection
 from django.db.models import Model, Subquery
 
 from dunning.acceptance.aggregate import CycleView
-from dunning.models import DunningCycle, DunningPolicy
+from dunning.models import DunningCycle, DunningPolicy, IncidentSwitch
 from dunning.policy.cache import policy_spec, spec_only_policy
 from dunning.policy.rollout import Stage, stage_from_row
 from dunning.states import DELINQUENT_STATES
@@ -51,7 +58,7 @@ FOR UPDATE OF s, c, i
 DECIDE_SQL = """
 SELECT c.id, c.cycle_id, c.generation, c.state, c.dispute_reopened, c.exception_profile,
        c.conflict_held_profile, i.status, c.policy_id, cp.digest,
-       sp.digest, r.id, r.mode, r.percent, r.started_at
+       sp.digest, r.id, r.mode, r.percent, r.started_at, clock_timestamp(), {incident}
 FROM subscriptions_subscription s
 JOIN dunning_dunningpolicy sp ON sp.id = s.policy_id
 JOIN dunning_dunningcycle c ON c.subscription_id = s.id AND (c.id = %(cycle)s OR c.state = ANY(%(delinquent)s))
@@ -63,7 +70,16 @@ LEFT JOIN LATERAL (
     WHERE rp.identity = sp.identity AND r.cohort IN (s.cohort, '*')
     ORDER BY r.started_at DESC, r.id DESC LIMIT 1
 ) r ON true
+LEFT JOIN LATERAL ({active_incident}) x ON true
 WHERE s.id = (SELECT subscription_id FROM dunning_dunningcycle WHERE id = %(cycle)s)
+"""
+# The incident that pauses restrictions for `{cohort}` (dunning.acceptance.guards.active_incident
+# reads it by itself; DECIDE_SQL for the locked subscription's cohort): the earliest active one,
+# the cohort's own or "*".
+ACTIVE_INCIDENT_SQL = """
+SELECT {columns} FROM dunning_incidentswitch x
+WHERE x.ended_at IS NULL AND x.pause_restrictions AND x.cohort IN ('*', {cohort})
+ORDER BY x.started_at, x.id LIMIT 1
 """
 
 DELINQUENT = sorted(DELINQUENT_STATES)
@@ -107,6 +123,20 @@ def _lock_sql() -> str:
                            cycle=row_loader(DunningCycle, "c").columns, invoice=row_loader(Invoice, "i").columns)
 
 
+def active_incident_sql(cohort: str) -> str:
+    """ACTIVE_INCIDENT_SQL with every column of the switch, for `cohort` (an SQL expression)."""
+    return ACTIVE_INCIDENT_SQL.format(columns=row_loader(IncidentSwitch, "x").columns, cohort=cohort)
+
+
+@cache
+def _decide_sql() -> str:
+    return DECIDE_SQL.format(incident=row_loader(IncidentSwitch, "x").columns,
+                             active_incident=active_incident_sql("s.cohort").strip())
+
+
+_CLOCK = 15  # DECIDE_SQL's clock_timestamp(); the incident's columns follow it
+
+
 def _policy(pk: int, digest: str) -> DunningPolicy:
     """The policy as `policy_spec` reads it on a cache hit (pk and digest; the rest deferred)."""
     return DunningPolicy.from_db(connection.alias, ("id", "digest"), (pk, digest))
@@ -120,6 +150,12 @@ class LockedRead:
     # `effective_stage` reads); None where settlement reads them itself (the ORM path).
     others: tuple[CycleView, ...] | None
     stage: Stage | None
+    # PostgreSQL's clock once the locks were held, and the incident pausing restrictions for the
+    # subscription's cohort (None: there is none); `incident_read` is False where the guards read
+    # them themselves (the ORM path).
+    database_clock: datetime | None = None
+    incident: IncidentSwitch | None = None
+    incident_read: bool = False
 
 
 def lock_and_read(cycle_pk: int) -> LockedRead:
@@ -133,7 +169,7 @@ def lock_and_read(cycle_pk: int) -> LockedRead:
     with (connection.wrap_database_errors, connection.cursor() as lock, connection.cursor() as decide,
           connection.connection.pipeline()):
         lock.execute(_lock_sql(), params)
-        decide.execute(DECIDE_SQL, params)
+        decide.execute(_decide_sql(), params)
         locked = lock.fetchone()
         rows = decide.fetchall()
     if locked is None:
@@ -157,8 +193,11 @@ def lock_and_read(cycle_pk: int) -> LockedRead:
             spec=policy_spec(_policy(policy_id, digest)),
         ))
     stage_row = first[11:15] if first[11] is not None else None
+    incident_row = first[_CLOCK + 1:]
+    incident = row_loader(IncidentSwitch, "x").load(incident_row) if incident_row[0] is not None else None
     return LockedRead(subscription=subscription, cycle=cycle, others=tuple(others),
-                      stage=stage_from_row(spec, subscription.cohort, stage_row))
+                      stage=stage_from_row(spec, subscription.cohort, stage_row),
+                      database_clock=first[_CLOCK], incident=incident, incident_read=True)
 
 
 def _orm_lock_and_read(cycle_pk: int) -> LockedRead:

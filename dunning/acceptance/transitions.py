@@ -142,14 +142,14 @@ def _accept_locked(
     ctx = EdgeContext(
         cycle=cycle, subscription=subscription, invoice=cycle.invoice, spec=policy_spec(cycle.policy),
         now=now, cause=cause, evidence=evidence, params=params, pending_attempt=cycle.pending_attempt,
-        invoice_status_before=cycle.invoice.status,
+        invoice_status_before=cycle.invoice.status, incident=read.incident, incident_read=read.incident_read,
     )
     from_state = cycle.state
     rule = EDGES[edge]
     if rule.time_guarded and ctx.spec.clock not in clocks_passed:
         # A catch-up may act at a past `now`, never at one the trusted clock has not reached:
         # `run_jobs --now <days ahead>` must not take a step early that a later run would finish.
-        ok, clock = now_is_not_ahead(now, ctx.spec.clock)
+        ok, clock = now_is_not_ahead(now, ctx.spec.clock, read.database_clock)
         if not ok:
             raise Refusal("NOW_AFTER_TRUSTED_CLOCK", f"asked at {now.isoformat()}, trusted clock reads "
                                                      f"{clock.isoformat()}")

@@ -14,9 +14,10 @@ from typing import Any
 from dunning.acceptance.guards import STALE_REFUSALS
 from dunning.acceptance.inputs import Cause, Evidence, Expect, FactSpec, InvoiceUpdate, TransitionResult
 from dunning.acceptance.transitions import cycle_accept_transition
-from dunning.models import DunningCycle, FactKind, MonetaryFact, ProviderReceipt
+from dunning.models import DunningCycle, FactKind, ProviderReceipt
 from dunning.policy.cache import policy_spec
 from dunning.reads.cycles import cycle_read
+from dunning.reads.facts import facts_on_record
 from dunning.states import NO_RETRY_CLASSES, CycleState, FailureClass
 from subscriptions.providers.base import ProviderInvoice
 
@@ -66,7 +67,7 @@ def _mirror_differs(cycle: DunningCycle, inv: ProviderInvoice, facts: tuple[Fact
         # to add nothing (a refund total already on record); applying them again adds nothing.
         return False
     keys = [f.dedupe_key for f in facts]
-    return MonetaryFact.objects.filter(dedupe_key__in=keys).count() != len(keys)
+    return facts_on_record(keys) != len(keys)
 
 
 def plan_next_step(cycle: DunningCycle, inv: ProviderInvoice, *, decline_code: str,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db.models import Q
@@ -29,14 +30,15 @@ from dunning.evidence.fresh_fetch import invoice_fetch_fresh, receipt_evidence
 from dunning.evidence.next_edge import invoice_facts, plan_next_step, reconcile_and_read
 from dunning.jobs.framework import JobReport, ahead_of_the_clock, due_in_order, scheduled_job
 from dunning.jobs.row_pool import claimed_in_threads, provider_io_threads
-from dunning.models import DunningCycle, DunningPolicy, ProviderReceipt
+from dunning.models import DunningCycle, DunningPolicy, IncidentSwitch, ProviderReceipt
 from dunning.policy.cache import policy_spec
-from dunning.reads.cycles import cycle_read
+from dunning.reads.cycles import cycle_read, cycle_read_with_incident
 from dunning.states import GRACE_DEADLINE_STATES, NO_RETRY_CLASSES, AttemptState, CycleState
 from subscriptions.providers.base import ProviderError, ProviderInvoice
 
 S = CycleState
 CLAIM = "cycle"  # one namespace: two jobs never work on the same cycle at once
+Row = TypeVar("Row")  # what a job's `read` gives its `work` for each claimed row
 Fresh = tuple[ProviderInvoice, ProviderReceipt, datetime]  # a fresh fetch: invoice, receipt, the time to act at
 
 
@@ -59,26 +61,28 @@ def _ask_steps(run: JobReport, cycle: DunningCycle, steps: list[StepRequest], *,
     return results
 
 
-def _each_claimed(run: JobReport, queryset, due_field: str):  # noqa: ANN001, ANN202
+def _each_claimed(run: JobReport, queryset, due_field: str,  # noqa: ANN001, ANN202
+                  read: Callable[[int], Any] = cycle_read):
     for pk in due_in_order(queryset, due_field):
         run.examined += 1
         run.tick()
         with claim(CLAIM, pk) as got:
             if got:
-                yield cycle_read(pk)
+                yield read(pk)
 
 
 def _work_each_claimed(run: JobReport, queryset, due_field: str,  # noqa: ANN001
-                       work: Callable[[JobReport, DunningCycle], None]) -> None:
-    """`work` on each due row, claimed in due order as `_each_claimed` does; for the jobs whose
-    rows wait on a provider fetch, several rows at once on DUNNING_PROVIDER_IO_THREADS threads."""
+                       work: Callable[[JobReport, Row], None], read: Callable[[int], Row] = cycle_read) -> None:
+    """`work` on each due row as `read` reads it (the cycle, by default), claimed in due order as
+    `_each_claimed` does; for the jobs whose rows wait on a provider fetch, several rows at once
+    on DUNNING_PROVIDER_IO_THREADS threads."""
     threads = provider_io_threads()
     if threads <= 1:
-        for cycle in _each_claimed(run, queryset, due_field):
-            work(run, cycle)
+        for row in _each_claimed(run, queryset, due_field, read):
+            work(run, row)
         return
     claimed_in_threads(run, due_in_order(queryset, due_field), CLAIM,
-                       lambda part, pk: work(part, cycle_read(pk)), threads=threads)
+                       lambda part, pk: work(part, read(pk)), threads=threads)
 
 
 # --- grace expiry and restriction -------------------------------------------------------------
@@ -90,18 +94,19 @@ def grace_expiry(run: JobReport) -> None:
     # unknown_payments job or its answer resolves it; asking would only write a refusal every run.
     due = (DunningCycle.objects.filter(state__in=GRACE_DEADLINE_STATES, grace_expires_at__lte=run.now)
            .exclude(pending_attempt__state__in=(AttemptState.DISPATCHING, AttemptState.UNKNOWN)))
-    _work_each_claimed(run, due, "grace_expires_at", _expire_then_restrict)
+    _work_each_claimed(run, due, "grace_expires_at", _expire_then_restrict, read=cycle_read_with_incident)
     _check_overdue_provider_retries(run)
 
 
-def _expire_then_restrict(run: JobReport, cycle: DunningCycle) -> None:
+def _expire_then_restrict(run: JobReport, claimed: tuple[DunningCycle, IncidentSwitch | None]) -> None:
     """Grace ends, and restriction follows at once on a fresh unpaid receipt: the invoice is fetched
     first, and when the receipt leaves the cycle where expiry puts it, the three edges are taken
     in one acceptance (one transaction instead of three). A receipt that moves the cycle (paid,
-    void, a mirror to correct) is applied after expiry, as a step of its own, before restriction."""
+    void, a mirror to correct) is applied after expiry, as a step of its own, before restriction.
+    `claimed`: the cycle and the incident pausing restrictions, read in one statement once claimed."""
+    cycle, incident = claimed
     if cycle.state not in GRACE_DEADLINE_STATES or cycle.grace_expires_at > run.now:
         return  # another worker or an event got there first
-    incident = active_incident(cycle.subscription.cohort)
     fresh = None if incident is not None else _fetch_fresh(run, cycle)
     if fresh is None:  # restriction paused, or the provider did not answer: grace still ends
         if _ask(run, cycle, "expire_grace") and incident is not None:

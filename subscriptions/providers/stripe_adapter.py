@@ -32,6 +32,7 @@ from subscriptions.providers.base import (
     WebhookVerificationError,
 )
 from subscriptions.providers.pacing import RequestPacer
+from subscriptions.providers.stripe_http import stripe_http_client
 from subscriptions.providers.stripe_shapes import (
     PAID_EVENT_TYPES,
     expandable_id,
@@ -86,7 +87,7 @@ class StripeProvider:
         self.webhook_secrets = [s for s in webhook_secrets if s]
         self._client = stripe.StripeClient(
             api_key, stripe_version=api_version, base_addresses={"api": api_base}, max_network_retries=0,
-            http_client=stripe.RequestsClient(timeout=timeout),
+            http_client=stripe_http_client(api_base=api_base, timeout=timeout),
         )
 
     @property

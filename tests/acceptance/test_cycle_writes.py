@@ -86,3 +86,16 @@ def test_a_failed_write_refuses_the_first_step_and_takes_none(twins, monkeypatch
     results = _in_one_call(ours, _steps(ours, now), now)
     assert [(r.edge, r.accepted, r.reason) for r in results] == [("expire_grace", False, "STALE_CYCLE_GENERATION")]
     assert reload(ours).state == "GRACE_ACTIVE"
+
+
+
+def test_the_row_written_at_the_end_carries_the_last_step_s_stamp(twins):
+    """Only the last step's values are converted and written (at the flush); the steps still
+    stamp the row (auto_now) when staged, as their saves would have."""
+    cycle = twins[0]
+    now = cycle.grace_expires_at + timedelta(seconds=1)
+    results = _in_one_call(cycle, _steps(cycle, now), now)
+    assert all(r.accepted for r in results)
+    stored = reload(cycle)
+    assert stored.updated_at > cycle.updated_at and stored.updated_at == results[-1].cycle.updated_at
+    assert stored.state == "RESTRICTED" and stored.generation == results[-1].cycle.generation

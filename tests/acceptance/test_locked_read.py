@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections, transaction
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from dunning.acceptance.aggregate import outstanding_root
+from dunning.acceptance.guards import active_incident
 from dunning.acceptance.inputs import Cause, Expect
 from dunning.acceptance.locked_read import lock_and_read
 from dunning.acceptance.settlement import compute_aggregate, cycle_view
 from dunning.acceptance.transitions import cycle_accept_transition
-from dunning.models import DunningCycle, RolloutStage, TransitionReceipt
+from dunning.clock import database_now
+from dunning.models import DunningCycle, IncidentSwitch, RolloutStage, TransitionReceipt
 from dunning.policy.cache import policy_spec
 from dunning.policy.rollout import effective_stage
 from subscriptions.models import Subscription
-from tests.support.builders import make_policy, make_subscription, open_cycle, reload
+from tests.support.builders import accept, make_policy, make_subscription, open_cycle, reload, unpaid_evidence
 from tests.support.paths import Walker
 
 
@@ -143,6 +148,7 @@ def test_the_orm_path_for_the_embedded_database_reads_the_same_rows(two_in_grace
         orm = lock_and_read(cycle.pk)
     monkeypatch.undo()
     assert orm.others is None and orm.stage is None
+    assert not orm.incident_read and orm.database_clock is None  # the guards read them themselves
     assert [getattr(orm.cycle, f.attname) for f in DunningCycle._meta.concrete_fields] == [
         getattr(sql.cycle, f.attname) for f in DunningCycle._meta.concrete_fields]
     assert orm.cycle.invoice.revision == sql.cycle.invoice.revision
@@ -151,3 +157,50 @@ def test_the_orm_path_for_the_embedded_database_reads_the_same_rows(two_in_grace
         patched.setattr(connections["default"], "vendor", "sqlite")
         with transaction.atomic():
             lock_and_read(cycle.pk + 10_000)
+
+
+def _values(obj: object) -> dict | None:
+    return None if obj is None else {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
+
+
+def test_the_read_carries_the_database_clock_and_the_incident_the_guard_would_read(two_in_grace):
+    """The decision's statement also brings PostgreSQL's clock (read once the locks are held) and
+    the incident pausing restrictions for the subscription's cohort: what `active_incident` finds."""
+    sub, cycle, _ = two_in_grace
+    with transaction.atomic():
+        before = database_now()
+        read = lock_and_read(cycle.pk)
+        after = database_now()
+    assert read.incident_read and read.incident is None and before <= read.database_clock <= after
+    now = timezone.now()
+    for cohort, minutes, ended in (("*", 50, now), (sub.cohort, 30, None), ("*", 20, None), ("other", 40, None)):
+        IncidentSwitch.objects.create(cohort=cohort, reason="r", ticket=f"INC-{cohort}-{minutes}", ended_at=ended,
+                                      started_at=now - timedelta(minutes=minutes))
+    with transaction.atomic():
+        read = lock_and_read(cycle.pk)
+    assert read.incident.ticket == f"INC-{sub.cohort}-30"
+    assert _values(read.incident) == _values(active_incident(sub.cohort))
+
+
+def test_a_restriction_asks_neither_the_clock_nor_the_incident_in_a_statement_of_its_own(policy, settings):
+    settings.DUNNING_CLOCK_OVERRIDE = "DATABASE"  # PostgreSQL's clock for every time guard
+    walker = Walker(open_cycle(make_subscription()), now=database_now() - timedelta(days=60)).to_grace()
+    walker.now = reload(walker.cycle).grace_expires_at + timedelta(seconds=1)
+    with CaptureQueriesContext(connection) as queries:
+        walker.step("expire_grace")
+        walker.step("begin_restriction", evidence=unpaid_evidence(walker.cycle, now=walker.now))
+    asked = [q["sql"] for q in queries.captured_queries if "clock_timestamp()" in q["sql"]
+             or "dunning_incidentswitch" in q["sql"]]
+    assert len(asked) == 2 and all("dunning_rolloutstage" in sql for sql in asked)  # the two decision reads
+
+
+def test_a_refusal_for_an_incident_comes_from_the_read(two_in_grace):
+    sub, cycle, _ = two_in_grace
+    IncidentSwitch.objects.create(cohort="*", reason="bad deploy", ticket="INC-9",
+                                  started_at=timezone.now() - timedelta(minutes=1))
+    walker = Walker(cycle)
+    walker.now = cycle.grace_expires_at + timedelta(seconds=1)
+    walker.step("expire_grace")
+    result = accept(walker.cycle, "begin_restriction", now=walker.now,
+                    evidence=unpaid_evidence(walker.cycle, now=walker.now))
+    assert not result.accepted and result.reason == "RESTRICTIONS_PAUSED" and "INC-9" in result.detail

@@ -166,7 +166,7 @@ def test_time_guard_passed_ahead_of_the_trusted_clock_is_caught(world, monkeypat
     from dunning.acceptance import transitions as acceptance
 
     for module in (acceptance, subscription_acceptance):
-        monkeypatch.setattr(module, "now_is_not_ahead", lambda now, policy_clock: (True, now))
+        monkeypatch.setattr(module, "now_is_not_ahead", lambda now, policy_clock, database_clock=None: (True, now))
     with world("standard") as w:
         invoice = w.failed_renewal(0, "stolen_card")
         w.run_jobs_ahead(timedelta(days=8))
