@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dunning.acceptance.row_inserts import execute_inlined, insert_fields, insert_params, mark_saved  # noqa: F401
+from dunning.acceptance.row_inserts import insert_fields, insert_params, mark_saved  # noqa: F401
 from dunning.clock import now_is_not_ahead as _now_is_not_ahead
 from dunning.clock import trusted_now as _trusted_now
 from dunning.privacy import desensitise_body as _desensitise_body

@@ -23,7 +23,6 @@ from functools import cache
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 
-from agentpay.bridge import execute_inlined as _execute
 from agentpay.bridge import insert_fields as _fields
 from agentpay.bridge import insert_params as _insert_params
 from agentpay.bridge import mark_saved as _saved
@@ -67,7 +66,7 @@ def open_write(writes: OpenWrites) -> None:
     for row in rows:
         params += _insert_params(db, row, but="intent")
     with db.cursor() as cursor:
-        _execute(cursor, sql, params)  # ~110 values: psycopg would parse the statement on every call
+        cursor.execute(sql, params)  # ~110 values: parsed once per shape (dunning.psycopg_cache)
         intent_pk, *pks = cursor.fetchone()
     _saved(db, writes.intent, intent_pk)
     for row, pk in zip(rows, pks, strict=True):
