@@ -15,7 +15,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import BigIntegerField, F, Value
 
 from agentpay import ids
 from agentpay.models import AccountKind, LedgerAccount, PaymentIntent, Tenant, Transfer, TransferKind
@@ -60,8 +60,10 @@ _SYSTEM_IDS: dict[tuple[str, str, int], int] = {}
 
 
 def _move(account_id: int, **deltas: int) -> int:
+    # The amount typed as the bigint column it adds to: left to Django, a bare int is an Int4,
+    # which psycopg's server-side binding wraps past 2**31 (tests/agentpay/test_large_amounts.py).
     return LedgerAccount.objects.filter(pk=account_id).update(
-        **{name: F(name) + amount for name, amount in deltas.items()})
+        **{name: F(name) + Value(amount, output_field=BigIntegerField()) for name, amount in deltas.items()})
 
 
 def _move_system(kind: str, currency: str, shard: int, **deltas: int) -> int:
