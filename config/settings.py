@@ -98,12 +98,12 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False  # writes choose their own durab
 # prepares a query on its DB_PREPARE_THRESHOLD-th execution on a connection (Django's default of
 # None never prepares). Prepared statements live per connection: they pay with DB_CONN_MAX_AGE > 0
 # and break behind a transaction-mode pooler (pgbouncer < 1.21). SQLite is untouched.
-# OFF by default: Django types an int it cannot place (an IntegerField, or `F(total) + amount`'s
-# amount) as psycopg's Int4, and psycopg's binary dumper wraps an Int4 past 2**31 silently
-# (10**12 arrives as -727379968; tests/test_prepared_statements.py shows it). Client-side binding
-# writes the literal, which is exact or refused by PostgreSQL. Turn it on only after every such
-# parameter is typed by its column (agentpay.services.ledger._move is).
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("DB_SERVER_SIDE_BINDING", False):
+# On by default (DB_SERVER_SIDE_BINDING=0 turns it off). Django types an int it cannot place (an
+# IntegerField, or `F(total) + amount`'s amount) as psycopg's Int4, and psycopg's binary dumper
+# would wrap an Int4 past 2**31 silently; dunning.psycopg_ints (registered in DunningConfig.ready)
+# widens such a value instead, so it arrives exact or PostgreSQL refuses it, as a client-side
+# literal would (tests/test_prepared_statements.py).
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("DB_SERVER_SIDE_BINDING", True):
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         server_side_binding=True, prepare_threshold=int(os.environ.get("DB_PREPARE_THRESHOLD", "5")))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,6 +1,7 @@
 from django.apps import AppConfig
 
 from dunning.psycopg_cache import widen_statement_cache
+from dunning.psycopg_ints import register_range_checked_ints
 
 
 class DunningConfig(AppConfig):
@@ -8,7 +9,10 @@ class DunningConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        widen_statement_cache()  # before the first statement of any process that loads the app
+        # Both before the first statement of any process that loads the app (Django copies the
+        # global adapters into its template once, at its first connection).
+        widen_statement_cache()
+        register_range_checked_ints()
         # These modules import models, so they load once the app registry is ready. The job
         # modules register the scheduled jobs; the webhook intake hands stored events to the
         # worker task, which it cannot import itself (the task runs the processing service).

@@ -1,9 +1,9 @@
 """Server-side binding and prepared statements on PostgreSQL (config/settings.py).
 
-The settings turn them on for PostgreSQL only when DB_SERVER_SIDE_BINDING=1 (off by default:
-psycopg's Int4 wraps past 2**31 under server-side binding, shown below), and a hot read is
-prepared on the connection once it has run DB_PREPARE_THRESHOLD times: the
-planning PostgreSQL would otherwise repeat for every statement of the sweep and the paid paths."""
+The settings turn them on for PostgreSQL unless DB_SERVER_SIDE_BINDING=0, and a hot read is
+prepared on the connection once it has run DB_PREPARE_THRESHOLD times: the planning PostgreSQL
+would otherwise repeat for every statement of the sweep and the paid paths. An integer Django typed
+narrower than its value arrives exact or is refused, never wrapped (dunning/psycopg_ints.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import DataError, connection, transaction
 
 import config
 from dunning.reads.cycles import cycle_read
@@ -30,9 +30,10 @@ def _database_options(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict:
     return runpy.run_path(str(SETTINGS))["DATABASES"]["default"].get("OPTIONS", {})
 
 
-def test_postgresql_binds_server_side_and_prepares_only_when_switched_on(monkeypatch):
+def test_postgresql_binds_server_side_and_prepares_unless_switched_off(monkeypatch):
     postgres = "postgres://postgres@127.0.0.1:5432/whatever"
-    assert _database_options(monkeypatch, DATABASE_URL=postgres) == {}
+    assert _database_options(monkeypatch, DATABASE_URL=postgres) == {
+        "server_side_binding": True, "prepare_threshold": 5}
     assert _database_options(monkeypatch, DATABASE_URL=postgres, DB_SERVER_SIDE_BINDING="1") == {
         "server_side_binding": True, "prepare_threshold": 5}
     assert _database_options(monkeypatch, DATABASE_URL=postgres, DB_SERVER_SIDE_BINDING="1",
@@ -68,20 +69,33 @@ def test_a_hot_read_is_prepared_once_it_has_run_threshold_times(policy):
 
 
 def _env_on() -> bool:
-    return os.environ.get("DB_SERVER_SIDE_BINDING", "0").strip().lower() in {"1", "true", "yes", "on"}
+    return os.environ.get("DB_SERVER_SIDE_BINDING", "1").strip().lower() in {"1", "true", "yes", "on"}
 
 
 @pytest.mark.django_db
-def test_why_it_is_off_by_default_an_int4_past_32_bits_wraps_when_bound_server_side():
+def test_an_int_wider_than_its_declared_width_arrives_exact_or_is_refused_never_wrapped():
     """Django hands psycopg an Int4 for an int it types as IntegerField (`F(total) + amount`).
-    Bound server-side, psycopg's binary dumper wraps it; written client-side it stays exact.
-    If psycopg starts refusing or widening it, this fails: reconsider the default then."""
+    psycopg's own binary dumper would wrap it past 2**31 (10**12 -> -727379968); ours widens it."""
     from psycopg import ClientCursor, Cursor
-    from psycopg.types.numeric import Int4
+    from psycopg.types.numeric import Int2, Int4, Int8
 
     connection.ensure_connection()
     raw = connection.connection
     with Cursor(raw) as server_side, ClientCursor(raw) as client_side:
-        server_side.execute("SELECT %s::bigint", [Int4(10**12)])
-        client_side.execute("SELECT %s::bigint", [Int4(10**12)])
-        assert (server_side.fetchone()[0], client_side.fetchone()[0]) == (-727379968, 10**12)
+        for cursor in (server_side, client_side):
+            cursor.execute("SELECT %s::numeric, %s::numeric, %s::numeric, %s::numeric, %s::numeric",
+                           [Int4(10**12), Int2(70_000), Int8(10**20), Int4(-(2**31) - 1), Int4(7)])
+            assert cursor.fetchone() == (10**12, 70_000, 10**20, -(2**31) - 1, 7)
+        server_side.execute("SELECT pg_typeof(%s)::text, pg_typeof(%s)::text", [Int4(7), Int4(2**31)])
+        assert server_side.fetchone() == ("integer", "bigint")  # the declared width when it fits
+        # A real Int8 after an Int4 was widened to int8 is still range checked (psycopg caches the
+        # widened dumper; it must not be the one a real Int8 gets).
+        server_side.execute("SELECT %s::numeric, %s::numeric", [Int4(2**40), Int8(2**70)])
+        assert server_side.fetchone() == (2**40, 2**70)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE widths (narrow integer, wide bigint) ON COMMIT DROP")
+        cursor.execute("INSERT INTO widths VALUES (%s, %s)", [Int4(1), Int4(10**12)])
+        cursor.execute("SELECT narrow, wide FROM widths")
+        assert cursor.fetchone() == (1, 10**12)
+        with pytest.raises(DataError), transaction.atomic():
+            cursor.execute("INSERT INTO widths VALUES (%s, %s)", [Int4(10**12), Int4(1)])
