@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from bench.common import CHILDREN, SECRET, Ticker, percentile, say
+from bench.cpu_accounting import CpuAccount, describe
 from bench.figures import (
     ClaimsVerdict,
     ceiling_per_s,
@@ -149,6 +150,7 @@ def phase_sweep_real(args: argparse.Namespace) -> dict[str, Any]:
         "peak_rss_kb": run["peak_rss_kb"], "polled_peak_rss_kb": run["polled_peak_rss_kb"],
         "errors": run.get("errors"), "states_after": run["states_after"], "claims": verdict.as_dict(),
         "trace": run["trace"], "job_start_offset": run["job_start_offset"], "partial": bool(run.get("partial")),
+        "cpu": run.get("cpu"),
         "reference": {"size": ref_size, "wall_seconds": reference["wall_seconds"],
                       "per_cycle_ms": reference["per_cycle_ms"], "patterns": ref_receipts["patterns"],
                       "sim_stats": reference["sim_stats"]},
@@ -260,9 +262,10 @@ def phase_paid_sustained(args: argparse.Namespace, redis: RedisDb) -> dict[str, 
     n = int(args.paid_rate * args.paid_seconds)
     with paid_world(args, redis, n, "paid_sustained", warm=max(5, int(args.paid_rate))) as world:
         say("paid_sustained", f"{n} invoice.paid deliveries at {args.paid_rate:g}/s for {args.paid_seconds:g} s")
-        out = open_loop(world.url, [r["event"].encode() for r in world.rows], args.paid_rate, SECRET,
-                        progress=Ticker("paid_sustained"))
-        restored = wait_full(world, list(world.sub_of.values()), redis, max(60.0, n * 0.2), "paid_sustained")
+        with CpuAccount() as cpu:
+            out = open_loop(world.url, [r["event"].encode() for r in world.rows], args.paid_rate, SECRET,
+                            progress=Ticker("paid_sustained"))
+            restored = wait_full(world, list(world.sub_of.values()), redis, max(60.0, n * 0.2), "paid_sustained")
         stats = sim_stats(world.api_base)
     due = {world.sub_of[world.rows[i]["invoice"]]: due_at for _, _, _, i, due_at in out["results"]}
     lat = [restored[s] - due[s] for s in due if s in restored]
@@ -273,7 +276,8 @@ def phase_paid_sustained(args: argparse.Namespace, redis: RedisDb) -> dict[str, 
               "celery_processes": args.celery_processes, "rate_limit": args.provider_rate_limit,
               "provider_reads": reads, "sim_stats": stats,
               "reads_per_event": reads / len(restored) if reads is not None and restored else None,
-              "rate_limited": stats.get("rate_limited_read", 0) + stats.get("rate_limited_write", 0)}
+              "rate_limited": stats.get("rate_limited_read", 0) + stats.get("rate_limited_write", 0),
+              "cpu": cpu.summary(len(restored), "event")}
     say("paid_sustained", f"{len(restored)}/{n} restored; p50 {result['p50_s']} s, p99 {result['p99_s']} s; "
                           f"{result['rate_limited']} answered 429")
     return result
@@ -285,9 +289,10 @@ def phase_burst_real(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]
     n = args.real_burst
     with paid_world(args, redis, n, "burst_real", warm=8 if args.smoke else 32) as world:
         say("burst_real", f"burst of {n} invoice.paid deliveries (32 in flight)")
-        sent = burst(world.url, [(r["invoice"], r["event"].encode()) for r in world.rows], SECRET,
-                     progress=Ticker("burst_real"))
-        restored = wait_full(world, list(world.sub_of.values()), redis, max(120.0, n * 0.5), "burst_real")
+        with CpuAccount() as cpu:
+            sent = burst(world.url, [(r["invoice"], r["event"].encode()) for r in world.rows], SECRET,
+                         progress=Ticker("burst_real"))
+            restored = wait_full(world, list(world.sub_of.values()), redis, max(120.0, n * 0.5), "burst_real")
         stats = sim_stats(world.api_base)
     first_send = min(at for at, _ in sent.values())
     last_full = max(restored.values()) if restored else first_send
@@ -302,7 +307,7 @@ def phase_burst_real(args: argparse.Namespace, redis: RedisDb) -> dict[str, Any]
               "ceiling_per_s": ceiling_per_s(args.provider_rate_limit, per_event), "sim_stats": stats,
               "rate_limited": stats.get("rate_limited_read", 0) + stats.get("rate_limited_write", 0),
               "celery_pool": args.celery_pool, "celery_concurrency": args.real_celery_concurrency,
-              "celery_processes": args.celery_processes}
+              "celery_processes": args.celery_processes, "cpu": cpu.summary(len(restored), "event")}
     say("burst_real", f"{len(restored)}/{n} restored in {result['drain_seconds']:.1f} s: {rate or 0:.1f}/s, "
                       f"{result['fraction_of_limit'] or 0:.0%} of the limit; {result['rate_limited']} answered 429")
     return result
@@ -314,6 +319,9 @@ def table_rows(name: str, r: dict[str, Any], row: Callable[[str, str, str, str],
                judge: Callable[[Any, bool, bool], str], smoke: bool) -> None:
     rows = {"sweep_real": _rows_sweep, "paid_sustained": _rows_sustained, "burst_real": _rows_burst}
     rows[name](r, row, judge, smoke)
+    if r.get("cpu"):
+        row("  (info) where the CPU went (bench.cpu_accounting)", describe(r["cpu"]),
+            "all cores busy = bound by CPU, not the provider", "info")
 
 
 def _rows_sweep(r: dict[str, Any], row: Callable, judge: Callable, smoke: bool) -> None:

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from bench.common import CHILDREN, PYTHON, Ticker, child_env, db_url, peak_rss_kb, say
+from bench.cpu_accounting import CpuAccount
 from bench.services import OUT_DIR, fresh_db, now, start_simulator
 
 
@@ -124,26 +125,27 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
     tick = Ticker(tag, 5)
     stopped_at_budget = False
     trace: list[tuple[float, int, int]] = [(0.0, 0, 0)]  # (seconds, cycles restricted, peak RSS MB so far)
-    last_count = 0.0
-    while True:
-        running = [w.poll() for w in procs]
-        peak = max(w.peak_kb for w in procs)
-        elapsed = time.monotonic() - started
-        if budget_seconds and elapsed > budget_seconds and any(running):
-            say(tag, f"budget of {budget_seconds / 60:.0f} min reached; stopping the worker(s) (PARTIAL run)")
-            for w in procs:
-                CHILDREN.stop(w.proc)  # a killed acceptance rolls back whole; finished cycles stay RESTRICTED
-            stopped_at_budget = True
-            break
-        if elapsed - last_count >= trace_every:
-            last_count = elapsed
-            done_so_far = _restricted_count()
-            trace.append((round(elapsed, 2), done_so_far, peak // 1024))
-            tick(f"{done_so_far}/{size} restricted ({elapsed:.0f} s, peak RSS {peak // 1024} MB); "
-                 + " | ".join(w.progress for w in procs if w.progress))
-        if not any(running):
-            break
-        time.sleep(0.25)
+    with CpuAccount() as cpu:
+        last_count = 0.0
+        while True:
+            running = [w.poll() for w in procs]
+            peak = max(w.peak_kb for w in procs)
+            elapsed = time.monotonic() - started
+            if budget_seconds and elapsed > budget_seconds and any(running):
+                say(tag, f"budget of {budget_seconds / 60:.0f} min reached; stopping the worker(s) (PARTIAL run)")
+                for w in procs:
+                    CHILDREN.stop(w.proc)  # a killed acceptance rolls back whole; finished cycles stay RESTRICTED
+                stopped_at_budget = True
+                break
+            if elapsed - last_count >= trace_every:
+                last_count = elapsed
+                done_so_far = _restricted_count()
+                trace.append((round(elapsed, 2), done_so_far, peak // 1024))
+                tick(f"{done_so_far}/{size} restricted ({elapsed:.0f} s, peak RSS {peak // 1024} MB); "
+                     + " | ".join(w.progress for w in procs if w.progress))
+            if not any(running):
+                break
+            time.sleep(0.25)
     wall_outside = time.monotonic() - started
     for w in procs:
         CHILDREN.stop(w.proc)
@@ -169,6 +171,7 @@ def run_sweep(size: int, *, tag: str, profile: str = "", budget_seconds: float =
         result = {"wall_seconds": max(r["wall_seconds"] for r in results),
                   "status": "/".join(sorted({r["status"] for r in results})),
                   "peak_rss_kb": max(r["peak_rss_kb"] for r in results),
+                  "cpu": cpu.summary(done, "cycle"),
                   **{k: sum(r[k] for r in results) for k in ("examined", "changed", "refused", "errors")},
                   "workers_detail": results}
     result.update({"size": size, "workers": workers, "process_wall_seconds": wall_outside, "polled_peak_rss_kb": peak,
