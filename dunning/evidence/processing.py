@@ -33,7 +33,7 @@ from dunning.models import (
     ProviderReceipt,
 )
 from dunning.reads.cycles import cycle_read_for_invoice
-from dunning.state_names import invoice_status_rank
+from dunning.state_names import FINAL_INVOICE_STATUS_RANK, invoice_status_rank
 from dunning.states import CycleState
 from subscriptions.models import Subscription
 from subscriptions.providers.base import (
@@ -373,6 +373,10 @@ def invoice_read_is_stale(inv: ProviderInvoice, *, must_be_paid: bool = False) -
     """Why a fresh read of an invoice is an old copy (a lagging replica or cache), or "" when it
     is not. An invoice only moves forward (draft → open → uncollectible → paid / void), so a read
     that shows it behind a receipt we already hold cannot be the provider's current invoice."""
+    if invoice_status_rank(inv.status) == FINAL_INVOICE_STATUS_RANK:
+        # Nothing is ahead of paid or void, so no receipt can make such a read old: every paid
+        # event's read ends here, without the query for the statuses held.
+        return ""
     held = set(ProviderReceipt.objects.filter(object_type="invoice", object_id=inv.id)
                .values_list("status", flat=True).distinct())
     floor = max([invoice_status_rank(status, -1) for status in held]

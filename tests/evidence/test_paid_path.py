@@ -4,10 +4,13 @@ issues the snapshot in the same transaction — and the walk asks nothing more a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from dunning.evidence.processing import _subscription_of
+from dunning.evidence.processing import _subscription_of, invoice_read_is_stale
+from dunning.evidence.receipts import receipt_record
 from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, OutboxMessage, ProviderEvent
 from dunning.models import TransitionReceipt as Receipt
 from dunning.reads.cycles import cycle_read_for_invoice
@@ -77,3 +80,17 @@ def test_the_invoice_subscription_comes_from_its_cycle_read_unless_the_cycle_is_
     assert _subscription_of("stripe", moved, cycle).pk == other.pk
     assert _subscription_of("alipay", inv, cycle) is None
     assert _subscription_of("stripe", _invoice("in_new", "sub_unknown"), None) is None
+
+
+def test_a_paid_or_void_read_is_never_stale_and_costs_no_query(policy):
+    """Nothing is ahead of paid or void, so such a read is current whatever receipts are held: the
+    paid path does not ask for them. A read behind a held receipt is still an old copy."""
+    cycle = open_cycle(make_subscription())
+    receipt_record(object_type="invoice", body={"id": cycle.invoice.provider_invoice_id, "status": "paid",
+                                                "amount_due": 2500, "currency": "usd"}, invoice=cycle.invoice)
+    paid = _invoice(cycle.invoice.provider_invoice_id, cycle.subscription.provider_subscription_id)
+    with CaptureQueriesContext(connection) as queries:
+        assert invoice_read_is_stale(paid) == ""
+        assert invoice_read_is_stale(replace(paid, status="void"), must_be_paid=True) == ""
+    assert queries.captured_queries == []
+    assert "stale read" in invoice_read_is_stale(replace(paid, status="open"))
