@@ -1,5 +1,6 @@
 from django.apps import AppConfig
 
+from dunning.history_descriptor import cache_history_manager_classes
 from dunning.psycopg_cache import widen_statement_cache
 
 
@@ -9,6 +10,7 @@ class DunningConfig(AppConfig):
 
     def ready(self) -> None:
         widen_statement_cache()  # before the first statement of any process that loads the app
+        cache_history_manager_classes()
         # These modules import models, so they load once the app registry is ready. The job
         # modules register the scheduled jobs; the webhook intake hands stored events to the
         # worker task, which it cannot import itself (the task runs the processing service).
