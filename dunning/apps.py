@@ -1,5 +1,6 @@
 from django.apps import AppConfig
 
+from dunning.history_descriptor import cache_history_manager_classes
 from dunning.psycopg_cache import widen_statement_cache
 from dunning.psycopg_ints import register_range_checked_ints
 
@@ -13,6 +14,7 @@ class DunningConfig(AppConfig):
         # global adapters into its template once, at its first connection).
         widen_statement_cache()
         register_range_checked_ints()
+        cache_history_manager_classes()
         # These modules import models, so they load once the app registry is ready. The job
         # modules register the scheduled jobs; the webhook intake hands stored events to the
         # worker task, which it cannot import itself (the task runs the processing service).

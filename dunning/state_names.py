@@ -40,6 +40,8 @@ SETTLED_STATES = frozenset({RECOVERED, CLOSED_VOID})
 # How far along its life a provider invoice is. It only moves forward (draft → open →
 # uncollectible → paid / void), so a read that shows it behind what we already hold is an old copy.
 INVOICE_STATUS_RANK = {"draft": 0, "open": 1, "uncollectible": 2, "paid": 3, "void": 3}
+# The rank of a final invoice (paid, void): no read can be ahead of it.
+FINAL_INVOICE_STATUS_RANK = max(INVOICE_STATUS_RANK.values())
 
 
 def invoice_status_rank(status: str, unknown: int = 0) -> int:

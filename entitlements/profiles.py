@@ -33,12 +33,19 @@ class Profile:
     safety_and_legal_obligations: bool = True
     summary: str = ""
 
+    def __post_init__(self) -> None:
+        # The frozen profile's capabilities, read once: `asdict` deep-copies every field, and it
+        # ran twice per entitlement change (the snapshot and its outbox message).
+        stated = asdict(self)
+        for key in ("name", "rank", "summary"):
+            stated.pop(key)
+        object.__setattr__(self, "_stated", stated)
+
     def capabilities(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("name")
-        data.pop("rank")
-        data.pop("summary")
-        return data
+        """The stated capabilities, a new dict each call. Only `limits` is a container (its values
+        plain JSON scalars), so copying it keeps every caller's dict apart from the profile's."""
+        stated = self._stated
+        return {**stated, "limits": dict(stated["limits"])}
 
 
 PROFILES: dict[str, Profile] = {
