@@ -51,6 +51,12 @@ class OpenWrites:
     outbox: OutboxMessage | None
 
 
+def open_is_one_statement() -> bool:
+    """An open whose steps all defer their rows is written by one statement (open_write): the
+    caller need not wrap it in a transaction."""
+    return connections[DEFAULT_DB_ALIAS].vendor == "postgresql" and ONE_STATEMENT
+
+
 def open_write(writes: OpenWrites) -> None:
     """Insert the intent (unless it is saved already) and its rows; sets their primary keys and
     intent ids."""
