@@ -1,7 +1,7 @@
 """What one unpaid call costs the database (issue 18: 402 issuance at 200/s): outside any
 transaction of the caller, the front read and the open's one statement, committed on its own in
 autocommit (no BEGIN, no COMMIT); a key already taken still finds its intent and answers the
-same challenge."""
+same challenge; the first 402's header, kept from the challenge's building, is the stored one's."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentpay.models import GatewayRequest, PaymentChallenge, PaymentIntent
+from agentpay.x402.headers import decode_payment_required, encode_payment_required_document
 
 pytestmark = pytest.mark.django_db(transaction=True)  # no test transaction: the open commits as it would in a worker
 
@@ -38,3 +39,18 @@ def test_a_taken_key_in_autocommit_finds_its_intent(call, chain_routes, network)
     assert "BEGIN" not in _kinds(captured)[:3]
     assert PaymentIntent.objects.count() == 1 and PaymentChallenge.objects.count() == 1
     assert GatewayRequest.objects.filter(intent__isnull=False).count() == 2
+
+
+@pytest.mark.parametrize("subpath", ["run", "r\u00e9sum\u00e9/\u2028\"q\"?a=1&b=<x>", "emoji/\U0001f600"])
+def test_the_first_402_sends_the_stored_challenge_s_bytes(client, api_key, chain_routes, network, subpath):
+    """The issuing request's PAYMENT-REQUIRED is kept from the challenge's building; it is the
+    header a replay encodes from the stored document, byte for byte, and names this resource."""
+    answer = client.post(f"/agentpay/v1/routes/paid/{subpath}", data=b"{}", content_type="application/json",
+                         HTTP_IDEMPOTENCY_KEY=f"k-{len(subpath)}", HTTP_AUTHORIZATION=f"Bearer {api_key}")
+    assert answer.status_code == 402
+    challenge = PaymentChallenge.objects.get()
+    assert answer["PAYMENT-REQUIRED"] == encode_payment_required_document(challenge.requirement)
+    required = decode_payment_required(answer["PAYMENT-REQUIRED"])
+    assert required.resource.url == challenge.requirement["resource"]["url"]
+    assert required.resource.url.startswith("http://testserver/agentpay/v1/routes/paid/")
+    assert required.accepts[0].amount == str(int(challenge.amount))
