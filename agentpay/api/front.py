@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
+from itertools import islice
 
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 from django.db.models.expressions import Col
 
@@ -49,7 +51,7 @@ def front_read(key_hash: str, slug: str | None) -> Front:
     if row is None:
         return Front(None, None)
     values = iter(row)
-    key, tenant, route, network = (_built(db.alias, model, values) for model in _MODELS)
+    key, tenant, route, network = (_built(db, model, values) for model in _MODELS)
     key.tenant = tenant
     if route is not None:
         route.network = network
@@ -70,29 +72,36 @@ def _read_orm(key_hash: str, slug: str | None) -> Front:
 _MODELS: tuple[type[Model], ...] = (TenantApiKey, Tenant, PricedRoute, ChainNetwork)
 
 
-def _built(alias: str, model: type[Model], values: Iterator[object]) -> Model | None:
+def _built(db: BaseDatabaseWrapper, model: type[Model], values: Iterator[object]) -> Model | None:
     """The next row of `model` from `values` (its concrete fields, in order), each value converted
     as the ORM converts it (a JSON field's text parsed...); None: a LEFT JOIN's nulls."""
-    fields = model._meta.concrete_fields
-    taken = [next(values) for _ in fields]
-    if taken[model._meta.concrete_fields.index(model._meta.pk)] is None:
+    count, pk_at, attnames, converting = _layout(db.alias, model)
+    taken = list(islice(values, count))
+    if taken[pk_at] is None:
         return None
-    db = connections[alias]
-    for n, (expression, converters) in enumerate(_converters(alias, model)):
+    for n, expression, converters in converting:
         for converter in converters:
             taken[n] = converter(taken[n], expression, db)
-    return model.from_db(alias, [f.attname for f in fields], taken)
+    return model.from_db(db.alias, attnames, taken)
+
+
+Layout = tuple[int, int, list[str], list[tuple[int, Col, list[Callable]]]]
 
 
 @cache
-def _converters(alias: str, model: type[Model]) -> list[tuple[Col, list[Callable]]]:
-    """Per concrete field: the backend's and the field's converters, as the ORM's compiler applies them."""
+def _layout(alias: str, model: type[Model]) -> Layout:
+    """(the model's concrete field count, its primary key's place, their attnames, and per field
+    that has any, the backend's and the field's converters as the ORM's compiler applies them),
+    worked out once: the front read runs on every priced call."""
     db = connections[alias]
-    out = []
-    for field in model._meta.concrete_fields:
+    fields = model._meta.concrete_fields
+    converting = []
+    for n, field in enumerate(fields):
         expression = field.get_col(model._meta.db_table)
-        out.append((expression, [*db.ops.get_db_converters(expression), *field.get_db_converters(db)]))
-    return out
+        converters = [*db.ops.get_db_converters(expression), *field.get_db_converters(db)]
+        if converters:
+            converting.append((n, expression, converters))
+    return len(fields), fields.index(model._meta.pk), [f.attname for f in fields], converting
 
 
 @cache

@@ -164,7 +164,13 @@ def _payment_required(intent_id: str, challenge: PaymentChallenge, status: str) 
                    intent_id=intent_id, display_status=status,
                    headers={"AgentPay-Intent": intent_id, "AgentPay-Display-Status": status,
                             "Access-Control-Expose-Headers": EXPOSED,
-                            PAYMENT_REQUIRED: encode_payment_required_document(challenge.requirement)})
+                            PAYMENT_REQUIRED: _payment_required_header(challenge)})
+
+
+def _payment_required_header(challenge: PaymentChallenge) -> str:
+    """The challenge's PAYMENT-REQUIRED: as its issuing kept it (x402_effects), or from the stored document."""
+    kept = getattr(challenge, "payment_required_header", None)
+    return kept if kept is not None else encode_payment_required_document(challenge.requirement)
 
 
 def _payment_response(intent: PaymentIntent, *, success: bool, error_reason: str | None = None) -> dict[str, str]:

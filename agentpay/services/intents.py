@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -28,7 +29,7 @@ from agentpay.models import (
 )
 from agentpay.services.acceptance import WALLET_READERS, accepted_receipt, outbox_message
 from agentpay.services.effects import EFFECTS, EffectContext
-from agentpay.services.open_writes import OpenWrites, open_insert_locking_wallet, open_write
+from agentpay.services.open_writes import OpenWrites, open_insert_locking_wallet, open_is_one_statement, open_write
 from agentpay.services.results import Cause, Refusal, Step
 from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, TRANSITIONS, WALLET, Lines, step_verdict
 
@@ -110,8 +111,13 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
             setattr(intent, _STAMPS[step.line, step.event], now)
     if applied:
         intent.state, intent.generation = lines.intent, 1
+    # An open that is one statement (open_writes) commits on its own in autocommit: no BEGIN and
+    # COMMIT round trips around it (the 402's whole write). Inside a caller's transaction (a
+    # test's), a savepoint as before, so a taken key leaves that transaction usable.
+    alone = open_is_one_statement() and all((step.line, step.event) in DEFERRABLE for step, _, _ in applied)
     try:
-        with transaction.atomic(durable=True):
+        with nullcontext() if alone and not transaction.get_connection().in_atomic_block \
+                else transaction.atomic(durable=True):
             _insert(intent, initial, lines, applied, cause, now, log)
         return Opened(intent, True, lines, logged=log is not None)
     except _NotOnOpen:

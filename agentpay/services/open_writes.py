@@ -35,6 +35,7 @@ from agentpay.models import (
     PaymentIntent,
     Settlement,
 )
+from agentpay.services.insert_values import insert_values
 from agentpay.services.locking import WALLET_COLUMNS, wallet_load
 
 # False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
@@ -51,6 +52,12 @@ class OpenWrites:
     outbox: OutboxMessage | None
 
 
+def open_is_one_statement() -> bool:
+    """An open whose steps all defer their rows is written by one statement (open_write): the
+    caller need not wrap it in a transaction."""
+    return connections[DEFAULT_DB_ALIAS].vendor == "postgresql" and ONE_STATEMENT
+
+
 def open_write(writes: OpenWrites) -> None:
     """Insert the intent (unless it is saved already) and its rows; sets their primary keys and
     intent ids."""
@@ -62,9 +69,10 @@ def open_write(writes: OpenWrites) -> None:
             *([writes.outbox] if writes.outbox is not None else [])]
     inserted = not writes.intent._state.adding
     sql = _statement(tuple(type(row) for row in rows), inserted)
-    params = [writes.intent.pk] if inserted else _insert_params(db, writes.intent)
+    # insert_values: Django's conversions, without its per-value calls where they change nothing.
+    params = [writes.intent.pk] if inserted else insert_values(db, writes.intent)
     for row in rows:
-        params += _insert_params(db, row, but="intent")
+        params += insert_values(db, row, but="intent")
     with db.cursor() as cursor:
         cursor.execute(sql, params)  # ~110 values: parsed once per shape (dunning.psycopg_cache)
         intent_pk, *pks = cursor.fetchone()

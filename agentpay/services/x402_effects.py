@@ -20,6 +20,7 @@ Step data:
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -33,7 +34,7 @@ from x402.schemas import PaymentPayload
 from agentpay.models import ChainAuthorization, ChainNetwork, PaymentChallenge, PaymentIntent, PricedRoute
 from agentpay.services.results import Refusal, Step
 from agentpay.states import INTENT, ONCHAIN
-from agentpay.x402.headers import document, exact_requirement, payment_required
+from agentpay.x402.headers import challenge_json, encode_json
 from agentpay.x402.verify import PaymentInvalid, Terms, verify_payment
 
 
@@ -72,15 +73,14 @@ def _checksummed(address: str) -> str:
     return to_checksum_address(address)
 
 
-def _requirement(intent: PaymentIntent, network: ChainNetwork, resource: str) -> dict[str, Any]:
-    required = payment_required(
+def _requirement(intent: PaymentIntent, network: ChainNetwork, resource: str) -> tuple[dict[str, Any], str]:
+    """(the challenge's document, as stored; its PAYMENT-REQUIRED header value, the same JSON)."""
+    text = challenge_json(
         resource_url=resource, description=f"{intent.route.name}: {intent.amount} {intent.currency} per call",
-        requirement=exact_requirement(
-            caip2=network.caip2, asset=_checksummed(network.token_address),
-            pay_to=_checksummed(network.pay_to), amount=challenge_amount(intent, network),
-            token_name=network.token_name, token_version=network.token_version,
-            max_timeout_seconds=settings.AGENTPAY_CHALLENGE_TTL_SECONDS))
-    return document(required)
+        caip2=network.caip2, asset=_checksummed(network.token_address), pay_to=_checksummed(network.pay_to),
+        amount=challenge_amount(intent, network), token_name=network.token_name, token_version=network.token_version,
+        max_timeout_seconds=settings.AGENTPAY_CHALLENGE_TTL_SECONDS)
+    return json.loads(text), encode_json(text)
 
 
 def challenge_issued(ctx: Any, step: Step) -> None:
@@ -97,10 +97,15 @@ def challenge_issued(ctx: Any, step: Step) -> None:
     if why:
         raise Refusal("NO_CHAIN_NETWORK", why, step)
     resource = str(step.data.get("resource") or f"/agentpay/v1/routes/{intent.route.slug}/{intent.forward_path}")
-    ctx.insert(PaymentChallenge(
+    requirement, header = _requirement(intent, network, resource[:2000])
+    challenge = PaymentChallenge(
         intent=intent, network=network, pay_to=network.pay_to, asset=network.token_address,
         amount=challenge_amount(intent, network), issued_at=ctx.now, expires_at=ctx.now + challenge_ttl(),
-        requirement=_requirement(intent, network, resource[:2000])))
+        requirement=requirement)
+    # The 402 of the request that issued it sends this; a replay encodes the stored document again
+    # (the same bytes: tests/agentpay_x402/test_402_cost.py).
+    challenge.payment_required_header = header
+    ctx.insert(challenge)
 
 
 def _unix(moment: datetime) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from functools import lru_cache
 from typing import Any
 
 from pydantic import ValidationError
@@ -57,6 +58,24 @@ def payment_required(*, resource_url: str, requirement: PaymentRequirements, des
                            resource=ResourceInfo(url=resource_url, description=description or None,
                                                  mime_type=None),
                            accepts=[requirement])
+
+
+@lru_cache(maxsize=512)
+def challenge_json(*, resource_url: str, description: str, caip2: str, asset: str, pay_to: str, amount: int,
+                   token_name: str, token_version: str, max_timeout_seconds: int) -> str:
+    """The PAYMENT-REQUIRED JSON (the SDK's, as `encode_payment_required` sends it) of a challenge
+    with one `exact` requirement. Built through the SDK's models once per terms: a process issues
+    402s for a handful of routes and resources, and the models' validation and dump were a tenth
+    of an unpaid call's Python."""
+    required = payment_required(resource_url=resource_url, description=description, requirement=exact_requirement(
+        caip2=caip2, asset=asset, pay_to=pay_to, amount=amount, token_name=token_name, token_version=token_version,
+        max_timeout_seconds=max_timeout_seconds))
+    return required.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def encode_json(text: str) -> str:
+    """A header value of a document's JSON text: base64 of its UTF-8 (the SDK's safe_base64_encode)."""
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
 def document(model: PaymentRequired | PaymentPayload | SettleResponse) -> dict[str, Any]:
