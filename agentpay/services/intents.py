@@ -57,9 +57,10 @@ def lease_for(route: PricedRoute) -> timedelta:
 
 
 # The steps an intent may take as it is opened (one transaction with the insert): the on-chain
-# challenge, and the wallet's authorize + hold. Their effects read no line's state, only the
-# intent's own fields, the route and the wallet.
-ON_OPEN = frozenset({(INTENT, "challenge_issued"), (INTENT, "payload_verified"), (SETTLEMENT, "hold_acquired")})
+# challenge, and the wallet's authorize + hold + dispatch. Their effects read no line's state, only
+# the intent's own fields, the route and the wallet (dispatch only stamps the fulfillment).
+ON_OPEN = frozenset({(INTENT, "challenge_issued"), (INTENT, "payload_verified"), (SETTLEMENT, "hold_acquired"),
+                     (FULFILLMENT, "dispatch")})
 # What those steps stamp on the intent row, written with its INSERT (no UPDATE after it).
 _STAMPS = {(INTENT, "challenge_issued"): "challenged_at"}
 # The ON_OPEN steps whose effects write no row before the intent's own INSERT (they make their

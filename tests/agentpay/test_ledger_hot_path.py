@@ -85,9 +85,9 @@ def test_a_paid_call_locks_the_wallet_only_to_hold_and_never_writes_a_system_acc
     locks = [s for s in sql if "FOR UPDATE" in s]
     wallet_locks = [s for s in locks if s.startswith('SELECT "agentpay_ledgeraccount"') or s.endswith((", w", " OF w"))]
     assert len(wallet_locks) == 1  # the hold's, taken as the intent is opened; not the capture's
-    # The open's wallet lock (authorize + hold on open), then one lock statement per acceptance:
-    # dispatch, the answer.
-    assert len(locks) == 3 and [s for s in locks if s.endswith("FOR UPDATE OF i, s, f")] == locks[1:]
+    # The open's wallet lock (authorize + hold + dispatch on open), then the answer's acceptance's
+    # lock statement: no acceptance of its own for dispatch.
+    assert len(locks) == 2 and [s for s in locks if s.endswith("FOR UPDATE OF i, s, f")] == locks[1:]
     assert not [s for s in sql if s.startswith('INSERT INTO "agentpay_ledgeraccount"')]
     account_reads = [s for s in sql if s.startswith('SELECT "agentpay_ledgeraccount"."id"') and "FOR UPDATE" not in s]
     assert not account_reads  # no system account looked up
