@@ -100,13 +100,16 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
     return hold
 
 
-def _resolve(hold: Transfer, kind: str, actor: str, now: datetime, reason: str, ticket: str) -> Transfer:
+def _resolve(hold: Transfer, kind: str, actor: str, now: datetime, reason: str, ticket: str,
+             write: bool = True) -> Transfer:
     if hold.kind != TransferKind.PENDING:
         raise LedgerRefusal("NOT_A_HOLD", f"{hold.transfer_id} is a {hold.kind} transfer")
     resolution = Transfer(
         transfer_id=ids.new_id(ids.TRANSFER), kind=kind, debit_account_id=hold.debit_account_id,
         credit_account_id=hold.credit_account_id, amount=hold.amount, currency=hold.currency, pending=hold,
         intent_id=hold.intent_id, actor=actor, created_at=now, reason=reason, ticket=ticket)
+    if not write:
+        return resolution
     # The unique `pending` decides "already resolved" (no SELECT first), in both paths.
     resolved = resolve_write(resolution) if ledger_writes.one_statement() else _resolve_orm(resolution)
     if not resolved:
@@ -131,14 +134,19 @@ def _resolve_orm(resolution: Transfer) -> bool:
     return True
 
 
-def ledger_capture(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "") -> Transfer:
-    """Post the hold: the call is billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise)."""
-    return _resolve(hold, TransferKind.POST_PENDING, actor, now, reason or "capture", ticket)
+def ledger_capture(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "",
+                   write: bool = True) -> Transfer:
+    """Post the hold: the call is billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise).
+    `write=False`: the resolution is checked and made, unsaved; the caller writes it with
+    ledger_writes.resolution_ctes and refuses HOLD_ALREADY_RESOLVED when its INSERT was skipped."""
+    return _resolve(hold, TransferKind.POST_PENDING, actor, now, reason or "capture", ticket, write)
 
 
-def ledger_release(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "") -> Transfer:
-    """Void the hold: the call is not billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise)."""
-    return _resolve(hold, TransferKind.VOID_PENDING, actor, now, reason or "release", ticket)
+def ledger_release(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "",
+                   write: bool = True) -> Transfer:
+    """Void the hold: the call is not billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise).
+    `write=False`: as ledger_capture's."""
+    return _resolve(hold, TransferKind.VOID_PENDING, actor, now, reason or "release", ticket, write)
 
 
 def ledger_credit_wallet(*, tenant: Tenant, currency: str, amount: int, source: str, actor: str, now: datetime,

@@ -10,6 +10,9 @@ the ledger's order: the hold's index entry, the debit account (the wallet), then
 account (the system account, always last). A CTE's UPDATE locks its row only once the row it
 joins has come out of the CTE before it, so that order is the plan's whatever join it picks.
 
+An acceptance that captures or releases writes the same CTEs inside its generation's statement
+(accept_writes, `resolution_ctes`), not this one.
+
 The values are the Transfer's own, as Django's INSERT sends them (agentpay.bridge's
 insert_params). The embedded SQLite demo resolves through the ORM (ledger._resolve_orm);
 tests/agentpay/test_ledger_writes.py compares both paths on PostgreSQL, row for row.
@@ -18,6 +21,7 @@ tests/agentpay/test_ledger_writes.py compares both paths on PostgreSQL, row for 
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
@@ -52,8 +56,7 @@ def resolve_write(resolution: Transfer) -> bool:
     accounts' totals; False, with nothing written, when the hold is already resolved."""
     db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
-        cursor.execute(_statement(resolution.kind == TransferKind.POST_PENDING),
-                       [*insert_params(db, resolution), resolution.debit_account_id, resolution.credit_account_id])
+        cursor.execute(_statement(resolution.kind == TransferKind.POST_PENDING), resolution_params(resolution))
         pk, moved = cursor.fetchone()
     if pk is None:
         return False
@@ -80,8 +83,19 @@ def _hold_statement() -> str:
             f"SELECT (SELECT id FROM t)")
 
 
+def resolution_params(resolution: Transfer) -> list[Any]:
+    """`resolution_ctes`'s parameters, in its order."""
+    return [*insert_params(connections[DEFAULT_DB_ALIAS], resolution), resolution.debit_account_id,
+            resolution.credit_account_id]
+
+
 @cache
-def _statement(post: bool) -> str:
+def resolution_ctes(post: bool, source: str = "") -> str:
+    """The CTEs t (the resolving transfer's INSERT, skipped when the hold is resolved already), d
+    (the debit account's totals) and c (the credit account's), each from the one before;
+    `source`: a CTE the INSERT selects from, so it writes nothing when that one has no row (the
+    acceptance's compare-and-set). Select `(SELECT id FROM t)` (NULL: already resolved) and
+    `(SELECT count(*) FROM c)` (1: both accounts moved)."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
     transfer, account = qn(Transfer._meta.db_table), qn(LedgerAccount._meta.db_table)
     fields = insert_fields(Transfer)
@@ -91,9 +105,14 @@ def _statement(post: bool) -> str:
         return ", ".join([f'"{side}_pending" = a."{side}_pending" - t.amount',
                           *([f'"{side}_posted" = a."{side}_posted" + t.amount'] if post else [])])
 
-    return (f"WITH t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
-            f"VALUES ({', '.join(['%s'] * len(fields))}) "
-            f"ON CONFLICT ({pending}) WHERE {pending} IS NOT NULL DO NOTHING RETURNING id, amount), "
+    values = ", ".join(["%s"] * len(fields))
+    return (f"t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
+            + (f"SELECT {values} FROM {source} " if source else f"VALUES ({values}) ")
+            + f"ON CONFLICT ({pending}) WHERE {pending} IS NOT NULL DO NOTHING RETURNING id, amount), "
             f"d AS (UPDATE {account} a SET {moved('debits')} FROM t WHERE a.id = %s RETURNING t.id, t.amount), "
-            f"c AS (UPDATE {account} a SET {moved('credits')} FROM d t WHERE a.id = %s RETURNING t.id) "
-            f"SELECT (SELECT id FROM t), (SELECT count(*) FROM c)")
+            f"c AS (UPDATE {account} a SET {moved('credits')} FROM d t WHERE a.id = %s RETURNING t.id)")
+
+
+@cache
+def _statement(post: bool) -> str:
+    return f"WITH {resolution_ctes(post)} SELECT (SELECT id FROM t), (SELECT count(*) FROM c)"
