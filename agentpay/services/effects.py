@@ -55,6 +55,9 @@ class EffectContext:
     # True: the hold's capture or release is made, not written: `resolution` (and the step that
     # asked it), for the acceptance to write with its generation (accept_writes), one statement.
     defer_resolution: bool = False
+    # True: a hold on a cached system account is made, not written (settlement.hold unsaved), for
+    # the open to write with its rows (open_writes), one statement.
+    defer_hold: bool = False
     resolution: Transfer | None = None
     resolution_step: Step | None = None
 
@@ -103,7 +106,7 @@ def hold_acquired(ctx: EffectContext, step: Step) -> None:
         raise Refusal("WALLET_FROZEN" if reason == "account_frozen" else "INSUFFICIENT_BALANCE", shortfall, step)
     try:
         ctx.settlement.hold = ledger_hold(wallet=ctx.wallet, amount=ctx.intent.amount, intent=ctx.intent,
-                                          actor=ctx.cause.actor, now=ctx.now)
+                                          actor=ctx.cause.actor, now=ctx.now, write=not ctx.defer_hold)
     except LedgerRefusal as refusal:
         raise Refusal(refusal.code, refusal.detail, step) from None
     ctx.settlement_fields.add("hold")

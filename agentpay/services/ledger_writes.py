@@ -42,8 +42,7 @@ def hold_write(hold: Transfer) -> bool:
     account (a cached system account id) is not there."""
     db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
-        cursor.execute(_hold_statement(), [hold.amount, hold.credit_account_id, hold.amount, hold.debit_account_id,
-                                           *insert_params(db, hold)])
+        cursor.execute(_hold_statement(), hold_params(hold))
         (pk,) = cursor.fetchone()
     if pk is None:
         return False
@@ -66,21 +65,33 @@ def resolve_write(resolution: Transfer) -> bool:
     return True
 
 
+def hold_params(hold: Transfer) -> list[Any]:
+    """`hold_ctes`'s parameters, in its order."""
+    return [hold.amount, hold.credit_account_id, hold.amount, hold.debit_account_id,
+            *insert_params(connections[DEFAULT_DB_ALIAS], hold)]
+
+
 @cache
-def _hold_statement() -> str:
-    """The system account first: its UPDATE moving no row (a stale cached id) stops the rest. The
-    wallet is locked by the caller already, so this takes no lock before the system account's
-    that the wallet-then-system order would take after it."""
+def hold_ctes(name: str = "t") -> str:
+    """The hold's CTEs: c (the system account's pending credits), d (the wallet's pending debits,
+    from c) and `name` (the pending transfer's INSERT, from d, RETURNING its id). The system
+    account first: its UPDATE moving no row (a stale cached id) stops the rest. The wallet is
+    locked by the caller already, so this takes no lock before the system account's that the
+    wallet-then-system order would take after it."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
     transfer, account = qn(Transfer._meta.db_table), qn(LedgerAccount._meta.db_table)
     fields = insert_fields(Transfer)
-    return (f'WITH c AS (UPDATE {account} a SET "credits_pending" = a."credits_pending" + %s WHERE a.id = %s '
+    return (f'c AS (UPDATE {account} a SET "credits_pending" = a."credits_pending" + %s WHERE a.id = %s '
             f"RETURNING a.id), "
             f'd AS (UPDATE {account} a SET "debits_pending" = a."debits_pending" + %s FROM c WHERE a.id = %s '
             f"RETURNING a.id), "
-            f"t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
-            f"SELECT {', '.join(['%s'] * len(fields))} FROM d RETURNING id) "
-            f"SELECT (SELECT id FROM t)")
+            f"{name} AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
+            f"SELECT {', '.join(['%s'] * len(fields))} FROM d RETURNING id)")
+
+
+@cache
+def _hold_statement() -> str:
+    return f"WITH {hold_ctes()} SELECT (SELECT id FROM t)"
 
 
 def resolution_params(resolution: Transfer) -> list[Any]:

@@ -219,7 +219,8 @@ def test_a_relayed_answer_reads_nothing_back(funded, routes, call):
     assert not [s for s in sql if s.startswith('UPDATE "agentpay_paymentintent" SET "processing_until"')]
     assert intent.processing_until is None  # cleared by the answer's acceptance
     opened = sql.index(next(s for s in sql if s.startswith('WITH i AS (INSERT INTO "agentpay_paymentintent"')))
-    transfer = sql.index(next(s for s in sql if s.startswith("WITH c AS (UPDATE") and '"agentpay_transfer"' in s))
+    transfer = sql.index(next(s for s in sql if 'c AS (UPDATE "agentpay_ledgeraccount"' in s
+                              and '"agentpay_transfer"' in s))
     first_commit = opened + next(i for i, s in enumerate(sql[opened:]) if s.startswith("RELEASE SAVEPOINT"))
     assert transfer < first_commit  # the hold is taken in the open's own transaction
     assert _accepted(intent) == [(0, "opened"), (1, "payload_verified"), (1, "hold_acquired"), (1, "dispatch"),
