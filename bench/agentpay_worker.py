@@ -1,10 +1,10 @@
 """One AgentPay hold + capture worker (a spawned process with its own database connection).
 
 Each iteration is one paid call through the real services, the path the gateway takes minus
-HTTP: `intent_open` under a fresh key taking payload_verified and hold_acquired as it opens,
-then `intent_drive_wallet` — dispatch, and the upstream's 2xx accepted with capture,
-settlement_confirmed and the lease cleared (three durable transactions; the two ledger moves are
-the hold and the capture). The upstream
+HTTP: `intent_open` under a fresh key taking payload_verified, hold_acquired and dispatch as it
+opens (wallet_flow.open_steps), then `intent_drive_wallet` — the upstream's 2xx accepted with
+capture, settlement_confirmed and the lease cleared (two durable transactions; the two ledger
+moves are the hold and the capture). The upstream
 call itself is answered in process (`UpstreamAnswer("2xx")`): the gateway phase measures HTTP.
 """
 
@@ -48,7 +48,7 @@ def run(database_url: str, tenant_pks: list[int], route_pk: int, ready: Any, sta
         opened = intent_open(tenant=tenant, route=route, rail="wallet", idempotency_key=f"bench-{tag}-{i}",
                              digest=digest, forward_path="", forward_query="", content_type="", body=b"",
                              request_id=request_id, now=trusted_now(),
-                             steps=wallet_flow.authorize_and_hold(route.price_minor))
+                             steps=wallet_flow.open_steps(route.price_minor))
         cause = Cause.request(request_id, tenant.tenant_id)
         driven = wallet_flow.intent_drive_wallet(intent=opened.intent, cause=cause, access=access,
                                                  request_id=request_id, just_opened=opened.created,

@@ -28,7 +28,7 @@ from agentpay.selectors import intent_composite_view
 from agentpay.services.intents import intent_claim_lease, intent_open, intent_release_lease, request_digest
 from agentpay.services.onchain_authorize import onchain_policy_refusal
 from agentpay.services.results import Cause, Step
-from agentpay.services.wallet_flow import Driven, authorize_and_hold, intent_drive_wallet
+from agentpay.services.wallet_flow import Driven, intent_drive_wallet, open_steps
 from agentpay.states import INTENT, INTENT_TERMINAL, ONCHAIN, WALLET
 from agentpay.upstream import UpstreamAnswer
 from agentpay.x402.headers import PAYMENT_SIGNATURE
@@ -184,7 +184,7 @@ class RouteCallView(_AgentPayView):
                 steps = [Step(INTENT, "challenge_issued", {"resource": request.build_absolute_uri()})]
                 lease = PAYMENT_SIGNATURE in request.headers  # an unpaid call's 402 is the whole answer
             else:
-                steps = authorize_and_hold(priced.price_minor)
+                steps = open_steps(priced.price_minor)
         log = getattr(request._request, "agentpay_log", None)  # the request's row, unless written already
         if log is not None and not request._request.agentpay_logged:
             log.tenant, log.route = tenant, priced

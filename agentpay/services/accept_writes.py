@@ -4,7 +4,11 @@ After its effects, an acceptance writes the intent's compare-and-set UPDATE (the
 the lock read loaded it), the settlement's and the fulfillment's UPDATE when their line moved or
 an effect set a field, one receipt per step and the generation's outbox row: up to five
 statements through the ORM, each compiled and sent on its own. Here they are data-modifying
-CTEs of one statement, in the acceptance's transaction. Every other row selects from the intent's
+CTEs of one statement, in the acceptance's transaction, with the hold's capture or release when
+a step asked one (its transfer and both accounts' totals, ledger_writes.resolution_ctes, last:
+the ledger's locks after the intent's rows, which are all locked already). A hold resolved
+already skips the transfer's INSERT and so moves no total; the acceptance then refuses
+HOLD_ALREADY_RESOLVED, which rolls the generation back with the transaction. Every other row selects from the intent's
 UPDATE, so when the compare-and-set finds another generation nothing at all is written and the
 statement returns no row. The rows are all locked by the acceptance's lock read already (or new),
 so the order the CTEs run in takes no lock another acceptance could be waiting for. The receipts
@@ -29,7 +33,9 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 
 from agentpay.bridge import insert_fields, insert_params, mark_saved
-from agentpay.models import Fulfillment, IntentReceipt, OutboxMessage, PaymentIntent, Settlement
+from agentpay.models import Fulfillment, IntentReceipt, OutboxMessage, PaymentIntent, Settlement, Transfer, TransferKind
+from agentpay.services import ledger_writes
+from agentpay.services.ledger_writes import resolution_ctes, resolution_params
 
 # False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
 ONE_STATEMENT = True
@@ -46,6 +52,14 @@ class AcceptWrites:
     fulfillment_fields: Sequence[str]
     receipts: Sequence[IntentReceipt]  # unsaved, step order
     outbox: OutboxMessage  # unsaved
+    # A capture's or release's transfer (unsaved, ledger_capture/ledger_release with write=False):
+    # written with the generation, its pk left None when the hold was resolved already.
+    resolution: Transfer | None = None
+
+
+def one_statement() -> bool:
+    """Whether accept_write writes in one statement (and so can take a deferred resolution)."""
+    return ONE_STATEMENT and ledger_writes.one_statement()
 
 
 def accept_write(writes: AcceptWrites) -> bool:
@@ -53,6 +67,8 @@ def accept_write(writes: AcceptWrites) -> bool:
     `loaded_generation` any more. Sets the receipts' and the outbox row's primary keys."""
     db = connections[DEFAULT_DB_ALIAS]
     if db.vendor != "postgresql" or not ONE_STATEMENT:
+        if writes.resolution is not None:
+            raise ValueError("a deferred resolution needs the one statement (accept_writes.one_statement())")
         return _write_orm(writes)
     intent_names = tuple(writes.intent_fields)
     settlement_names, fulfillment_names = tuple(writes.settlement_fields), tuple(writes.fulfillment_fields)
@@ -65,12 +81,22 @@ def accept_write(writes: AcceptWrites) -> bool:
             params.append(row.pk)
     for row in (*writes.receipts, writes.outbox):
         params += insert_params(db, row, but="intent")
-    sql = _statement(intent_names, settlement_names, fulfillment_names, len(writes.receipts))
+    resolution = writes.resolution
+    kind = "" if resolution is None else resolution.kind
+    if resolution is not None:
+        params += resolution_params(resolution)
+    sql = _statement(intent_names, settlement_names, fulfillment_names, len(writes.receipts), kind)
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
         return False
+    if resolution is not None:
+        *found, resolution_pk, moved = found
+        if resolution_pk is not None:
+            if moved != 1:  # an account id taken from the hold itself (a foreign key): cannot happen
+                raise LookupError(f"an account of {resolution.pending_id} did not move")
+            mark_saved(db, resolution, resolution_pk)
     for row, pk in zip((*writes.receipts, writes.outbox), found, strict=True):
         mark_saved(db, row, pk)
     return True
@@ -96,9 +122,11 @@ def _write_orm(writes: AcceptWrites) -> bool:
 
 @cache
 def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...], fulfillment_names: tuple[str, ...],
-               receipts: int) -> str:
-    """The intent's compare-and-set, the lines' UPDATEs that have fields, `receipts` receipts and
-    the outbox row; selects the receipts' ids and the outbox row's, no row when the CAS failed."""
+               receipts: int, resolution: str = "") -> str:
+    """The intent's compare-and-set, the lines' UPDATEs that have fields, `receipts` receipts,
+    the outbox row and, when `resolution` (a transfer kind), the hold's resolution with both
+    accounts' totals; selects the receipts' ids and the outbox row's (then the resolution's id
+    and how many credit accounts moved), no row when the CAS failed."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
 
     def sets(model: type[Model], names: tuple[str, ...]) -> str:
@@ -131,4 +159,10 @@ def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...],
         names.append(f"r{n}")
     ctes.append(insert("o", OutboxMessage, "i"))
     names.append("o")
-    return f"WITH {', '.join(ctes)} SELECT {', '.join(f'{name}.id' for name in names)} FROM {', '.join(names)}"
+    selected = [f"{name}.id" for name in names]
+    if resolution:
+        # Last, from `i`: the ledger's locks (the hold's index entry, the wallet, the system
+        # account) are taken after the intent's rows, in the ledger's order (ledger_writes).
+        ctes.append(resolution_ctes(resolution == TransferKind.POST_PENDING, "i"))
+        selected += ["(SELECT id FROM t)", "(SELECT count(*) FROM c)"]
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(selected)} FROM {', '.join(names)}"

@@ -35,6 +35,7 @@ from agentpay.models import (
     Settlement,
 )
 from agentpay.services.accept_writes import AcceptWrites, accept_write
+from agentpay.services.accept_writes import one_statement as accept_writes_one_statement
 from agentpay.services.effects import EFFECTS, EffectContext
 from agentpay.services.locking import lock_intent
 from agentpay.services.results import Cause, Outcome, Refusal, Step
@@ -105,8 +106,9 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
     generation = intent.generation
     if expect_generation is not None and expect_generation != generation:
         raise Refusal("STALE_GENERATION", f"expected generation {expect_generation}, found {generation}", steps[0])
+    # The hold's capture or release is written with the generation's rows (one statement fewer).
     ctx = EffectContext(intent=intent, settlement=settlement, fulfillment=fulfillment, wallet=wallet, cause=cause,
-                        now=now)
+                        now=now, defer_resolution=accept_writes_one_statement())
     rows = {"intent": intent, "settlement": settlement, "fulfillment": fulfillment}
     lines = lines_of(intent, settlement, fulfillment)
     applied: list[tuple[Step, str, str]] = []
@@ -145,9 +147,13 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
         intent=intent, loaded_generation=generation, intent_fields=intent_fields, settlement=settlement,
         settlement_fields=line_fields["settlement"], fulfillment=fulfillment,
         fulfillment_fields=line_fields["fulfillment"], receipts=receipts,
-        outbox=outbox_message(intent, lines, [step for step, _, _ in applied], cause, now)))
+        outbox=outbox_message(intent, lines, [step for step, _, _ in applied], cause, now),
+        resolution=ctx.resolution))
     if not written:
         raise Refusal("STALE_GENERATION", "the intent changed while this step was applied", steps[0])
+    if ctx.resolution is not None and ctx.resolution.pk is None:  # raised out of the transaction: all rolled back
+        raise Refusal("HOLD_ALREADY_RESOLVED", f"{ctx.resolution.pending.transfer_id} was already posted or voided",
+                      ctx.resolution_step)
     log.info("intent %s accepted %s → generation %s", intent.intent_id,
              ", ".join(f"{s.line}.{s.event}" for s, _, _ in applied), intent.generation)
     return Outcome(accepted=True, intent_id=intent.intent_id, lines=lines, generation=intent.generation,

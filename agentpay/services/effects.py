@@ -24,6 +24,7 @@ from agentpay.models import (
     PricedRoute,
     RefundObligation,
     Settlement,
+    Transfer,
 )
 from agentpay.services.ledger import LedgerRefusal, ledger_capture, ledger_hold, ledger_release
 from agentpay.services.onchain_effects import (
@@ -51,6 +52,14 @@ class EffectContext:
     # Not None: the intent is not inserted yet (intent_open's one statement): a DEFERRABLE effect
     # puts the rows it makes for the intent here, unsaved, and the open writes them with it.
     deferred: list[Model] | None = None
+    # True: the hold's capture or release is made, not written: `resolution` (and the step that
+    # asked it), for the acceptance to write with its generation (accept_writes), one statement.
+    defer_resolution: bool = False
+    # True: a hold on a cached system account is made, not written (settlement.hold unsaved), for
+    # the open to write with its rows (open_writes), one statement.
+    defer_hold: bool = False
+    resolution: Transfer | None = None
+    resolution_step: Step | None = None
 
     def insert(self, row: Model) -> None:
         """A new row of the intent's: written now, or with the intent when the open defers it."""
@@ -97,7 +106,7 @@ def hold_acquired(ctx: EffectContext, step: Step) -> None:
         raise Refusal("WALLET_FROZEN" if reason == "account_frozen" else "INSUFFICIENT_BALANCE", shortfall, step)
     try:
         ctx.settlement.hold = ledger_hold(wallet=ctx.wallet, amount=ctx.intent.amount, intent=ctx.intent,
-                                          actor=ctx.cause.actor, now=ctx.now)
+                                          actor=ctx.cause.actor, now=ctx.now, write=not ctx.defer_hold)
     except LedgerRefusal as refusal:
         raise Refusal(refusal.code, refusal.detail, step) from None
     ctx.settlement_fields.add("hold")
@@ -119,10 +128,16 @@ def _resolve_hold(resolve: Callable[..., Any]) -> Effect:
         if hold is None:
             raise Refusal("NO_HOLD", f"settlement {ctx.settlement.settlement_id} has no hold", step)
         _amount_is_the_intents(ctx, step, hold.amount)
+        # One resolution per acceptance: a second one asked in the same steps is written at once
+        # (its unique `pending` refuses it, as before).
+        defer = ctx.defer_resolution and ctx.resolution is None
         try:
-            resolve(hold=hold, actor=ctx.cause.actor, now=ctx.now, reason=ctx.cause.reason, ticket=ctx.cause.ticket)
+            made = resolve(hold=hold, actor=ctx.cause.actor, now=ctx.now, reason=ctx.cause.reason,
+                           ticket=ctx.cause.ticket, write=not defer)
         except LedgerRefusal as refusal:
             raise Refusal(refusal.code, refusal.detail, step) from None
+        if defer:
+            ctx.resolution, ctx.resolution_step = made, step
 
     return effect
 

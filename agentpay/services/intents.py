@@ -27,8 +27,10 @@ from agentpay.models import (
     Settlement,
     Tenant,
 )
+from agentpay.services import open_writes
 from agentpay.services.acceptance import WALLET_READERS, accepted_receipt, outbox_message
 from agentpay.services.effects import EFFECTS, EffectContext
+from agentpay.services.ledger import StaleSystemAccount, forget_system_ids
 from agentpay.services.open_writes import OpenWrites, open_insert_locking_wallet, open_is_one_statement, open_write
 from agentpay.services.results import Cause, Refusal, Step
 from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, TRANSITIONS, WALLET, Lines, step_verdict
@@ -58,9 +60,10 @@ def lease_for(route: PricedRoute) -> timedelta:
 
 
 # The steps an intent may take as it is opened (one transaction with the insert): the on-chain
-# challenge, and the wallet's authorize + hold. Their effects read no line's state, only the
-# intent's own fields, the route and the wallet.
-ON_OPEN = frozenset({(INTENT, "challenge_issued"), (INTENT, "payload_verified"), (SETTLEMENT, "hold_acquired")})
+# challenge, and the wallet's authorize + hold + dispatch. Their effects read no line's state, only
+# the intent's own fields, the route and the wallet (dispatch only stamps the fulfillment).
+ON_OPEN = frozenset({(INTENT, "challenge_issued"), (INTENT, "payload_verified"), (SETTLEMENT, "hold_acquired"),
+                     (FULFILLMENT, "dispatch")})
 # What those steps stamp on the intent row, written with its INSERT (no UPDATE after it).
 _STAMPS = {(INTENT, "challenge_issued"): "challenged_at"}
 # The ON_OPEN steps whose effects write no row before the intent's own INSERT (they make their
@@ -120,6 +123,12 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
                 else transaction.atomic(durable=True):
             _insert(intent, initial, lines, applied, cause, now, log)
         return Opened(intent, True, lines, logged=log is not None)
+    except StaleSystemAccount:
+        # The hold's cached system account id is stale (the open rolled back): looked up again.
+        forget_system_ids()
+        return intent_open(tenant=tenant, route=route, rail=rail, idempotency_key=idempotency_key, digest=digest,
+                           forward_path=forward_path, forward_query=forward_query, content_type=content_type,
+                           body=body, request_id=request_id, now=now, steps=steps, lease=lease, log=log)
     except _NotOnOpen:
         return intent_open(tenant=tenant, route=route, rail=rail, idempotency_key=idempotency_key, digest=digest,
                            forward_path=forward_path, forward_query=forward_query, content_type=content_type,
@@ -135,9 +144,9 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
 def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[tuple[Step, str, str]], cause: Cause,
             now: datetime, log: GatewayRequest | None) -> None:
     # An open whose steps write no row before the intent's (the challenge: DEFERRABLE) is one
-    # statement on PostgreSQL (open_writes); the wallet's hold writes the ledger first, citing the
+    # statement on PostgreSQL (open_writes); the wallet's hold writes the ledger, citing the
     # intent, so that open inserts the intent first (and locks the wallet after it, as the
-    # acceptance orders its locks), then the rest in one statement.
+    # acceptance orders its locks), then the hold and the rest in one statement.
     deferred = all((step.line, step.event) in DEFERRABLE for step, _, _ in applied)
     wallet = None
     # The intent in the lines it leaves; in memory it walks them with the steps.
@@ -149,8 +158,10 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
     fulfillment = Fulfillment(intent=intent, state_changed_at=now)
     rows = {INTENT: intent, SETTLEMENT: settlement, FULFILLMENT: fulfillment}
     intent.state = initial.intent
+    # The hold (when its system account's id is cached) is written with the rest of the rows.
     ctx = EffectContext(intent=intent, settlement=settlement, fulfillment=fulfillment, wallet=wallet, cause=cause,
-                        now=now, deferred=[] if deferred else None)
+                        now=now, deferred=[] if deferred else None,
+                        defer_hold=open_writes.ONE_STATEMENT and not intent._state.adding)
     for step, _, to_state in applied:
         effect = EFFECTS.get((step.line, step.event))
         if effect is not None:
@@ -174,9 +185,10 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
         log.pk, log._state.adding = None, True  # an attempt rolled back may have given it an id
         log.intent = intent
     # The rest in one statement too (the intent's INSERT with them when it was deferred).
+    hold = settlement.hold if settlement.hold_id is None and settlement.hold is not None else None
     open_write(OpenWrites(intent=intent, settlement=settlement, fulfillment=fulfillment,
                           children=[*(ctx.deferred or []), *([log] if log is not None else [])], receipts=receipts,
-                          outbox=outbox))
+                          outbox=outbox, hold=hold))
 
 
 def intent_claim_lease(*, intent: PaymentIntent, now: datetime) -> bool:

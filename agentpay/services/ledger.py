@@ -23,6 +23,15 @@ from agentpay.services import ledger_writes
 from agentpay.services.ledger_writes import hold_write, resolve_write
 
 
+class StaleSystemAccount(Exception):
+    """A hold written by its caller (ledger_hold write=False) found no system account under the
+    cached id: the caller's transaction is rolled back and the id forgotten (`forget_system_ids`)."""
+
+
+def forget_system_ids() -> None:
+    _SYSTEM_IDS.clear()
+
+
 class LedgerRefusal(Exception):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(f"{code}: {detail}")
@@ -78,8 +87,12 @@ def _move_system(kind: str, currency: str, shard: int, **deltas: int) -> int:
 
 
 def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, actor: str,
-                now: datetime) -> Transfer:
-    """A pending transfer wallet → revenue (`hld_…`). `wallet` must be locked by the caller."""
+                now: datetime, write: bool = True) -> Transfer:
+    """A pending transfer wallet → revenue (`hld_…`). `wallet` must be locked by the caller.
+    `write=False`: when it would be one statement (the revenue account's id cached), the hold is
+    checked and made, unsaved (no pk), for the caller to write with ledger_writes.hold_ctes, and
+    to raise StaleSystemAccount, rolling its transaction back, when that moved no row; otherwise
+    it is written here as always."""
     if wallet.available < amount:
         raise LedgerRefusal("INSUFFICIENT_BALANCE", f"available {wallet.available} {wallet.currency}, "
                                                     f"the call costs {amount}")
@@ -89,7 +102,7 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
         transfer_id=ids.new_id(ids.HOLD), kind=TransferKind.PENDING, debit_account=wallet,
         credit_account_id=revenue_id, amount=amount, currency=wallet.currency, intent=intent, actor=actor,
         created_at=now, reason=f"hold for {intent.intent_id}")
-    if revenue_id is not None and ledger_writes.one_statement() and hold_write(hold):
+    if revenue_id is not None and ledger_writes.one_statement() and (not write or hold_write(hold)):
         return hold
     # Through the ORM (the embedded demo), or the first hold on a revenue shard this process has
     # not seen (its id is looked up, and the account made if there is none yet).
@@ -100,13 +113,16 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
     return hold
 
 
-def _resolve(hold: Transfer, kind: str, actor: str, now: datetime, reason: str, ticket: str) -> Transfer:
+def _resolve(hold: Transfer, kind: str, actor: str, now: datetime, reason: str, ticket: str,
+             write: bool = True) -> Transfer:
     if hold.kind != TransferKind.PENDING:
         raise LedgerRefusal("NOT_A_HOLD", f"{hold.transfer_id} is a {hold.kind} transfer")
     resolution = Transfer(
         transfer_id=ids.new_id(ids.TRANSFER), kind=kind, debit_account_id=hold.debit_account_id,
         credit_account_id=hold.credit_account_id, amount=hold.amount, currency=hold.currency, pending=hold,
         intent_id=hold.intent_id, actor=actor, created_at=now, reason=reason, ticket=ticket)
+    if not write:
+        return resolution
     # The unique `pending` decides "already resolved" (no SELECT first), in both paths.
     resolved = resolve_write(resolution) if ledger_writes.one_statement() else _resolve_orm(resolution)
     if not resolved:
@@ -131,14 +147,19 @@ def _resolve_orm(resolution: Transfer) -> bool:
     return True
 
 
-def ledger_capture(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "") -> Transfer:
-    """Post the hold: the call is billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise)."""
-    return _resolve(hold, TransferKind.POST_PENDING, actor, now, reason or "capture", ticket)
+def ledger_capture(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "",
+                   write: bool = True) -> Transfer:
+    """Post the hold: the call is billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise).
+    `write=False`: the resolution is checked and made, unsaved; the caller writes it with
+    ledger_writes.resolution_ctes and refuses HOLD_ALREADY_RESOLVED when its INSERT was skipped."""
+    return _resolve(hold, TransferKind.POST_PENDING, actor, now, reason or "capture", ticket, write)
 
 
-def ledger_release(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "") -> Transfer:
-    """Void the hold: the call is not billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise)."""
-    return _resolve(hold, TransferKind.VOID_PENDING, actor, now, reason or "release", ticket)
+def ledger_release(*, hold: Transfer, actor: str, now: datetime, reason: str = "", ticket: str = "",
+                   write: bool = True) -> Transfer:
+    """Void the hold: the call is not billed. Exactly once (HOLD_ALREADY_RESOLVED otherwise).
+    `write=False`: as ledger_capture's."""
+    return _resolve(hold, TransferKind.VOID_PENDING, actor, now, reason or "release", ticket, write)
 
 
 def ledger_credit_wallet(*, tenant: Tenant, currency: str, amount: int, source: str, actor: str, now: datetime,

@@ -10,6 +10,9 @@ the ledger's order: the hold's index entry, the debit account (the wallet), then
 account (the system account, always last). A CTE's UPDATE locks its row only once the row it
 joins has come out of the CTE before it, so that order is the plan's whatever join it picks.
 
+An acceptance that captures or releases writes the same CTEs inside its generation's statement
+(accept_writes, `resolution_ctes`), not this one.
+
 The values are the Transfer's own, as Django's INSERT sends them (agentpay.bridge's
 insert_params). The embedded SQLite demo resolves through the ORM (ledger._resolve_orm);
 tests/agentpay/test_ledger_writes.py compares both paths on PostgreSQL, row for row.
@@ -18,6 +21,7 @@ tests/agentpay/test_ledger_writes.py compares both paths on PostgreSQL, row for 
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
@@ -38,8 +42,7 @@ def hold_write(hold: Transfer) -> bool:
     account (a cached system account id) is not there."""
     db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
-        cursor.execute(_hold_statement(), [hold.amount, hold.credit_account_id, hold.amount, hold.debit_account_id,
-                                           *insert_params(db, hold)])
+        cursor.execute(_hold_statement(), hold_params(hold))
         (pk,) = cursor.fetchone()
     if pk is None:
         return False
@@ -52,8 +55,7 @@ def resolve_write(resolution: Transfer) -> bool:
     accounts' totals; False, with nothing written, when the hold is already resolved."""
     db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
-        cursor.execute(_statement(resolution.kind == TransferKind.POST_PENDING),
-                       [*insert_params(db, resolution), resolution.debit_account_id, resolution.credit_account_id])
+        cursor.execute(_statement(resolution.kind == TransferKind.POST_PENDING), resolution_params(resolution))
         pk, moved = cursor.fetchone()
     if pk is None:
         return False
@@ -63,25 +65,48 @@ def resolve_write(resolution: Transfer) -> bool:
     return True
 
 
+def hold_params(hold: Transfer) -> list[Any]:
+    """`hold_ctes`'s parameters, in its order."""
+    return [hold.amount, hold.credit_account_id, hold.amount, hold.debit_account_id,
+            *insert_params(connections[DEFAULT_DB_ALIAS], hold)]
+
+
 @cache
-def _hold_statement() -> str:
-    """The system account first: its UPDATE moving no row (a stale cached id) stops the rest. The
-    wallet is locked by the caller already, so this takes no lock before the system account's
-    that the wallet-then-system order would take after it."""
+def hold_ctes(name: str = "t") -> str:
+    """The hold's CTEs: c (the system account's pending credits), d (the wallet's pending debits,
+    from c) and `name` (the pending transfer's INSERT, from d, RETURNING its id). The system
+    account first: its UPDATE moving no row (a stale cached id) stops the rest. The wallet is
+    locked by the caller already, so this takes no lock before the system account's that the
+    wallet-then-system order would take after it."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
     transfer, account = qn(Transfer._meta.db_table), qn(LedgerAccount._meta.db_table)
     fields = insert_fields(Transfer)
-    return (f'WITH c AS (UPDATE {account} a SET "credits_pending" = a."credits_pending" + %s WHERE a.id = %s '
+    return (f'c AS (UPDATE {account} a SET "credits_pending" = a."credits_pending" + %s WHERE a.id = %s '
             f"RETURNING a.id), "
             f'd AS (UPDATE {account} a SET "debits_pending" = a."debits_pending" + %s FROM c WHERE a.id = %s '
             f"RETURNING a.id), "
-            f"t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
-            f"SELECT {', '.join(['%s'] * len(fields))} FROM d RETURNING id) "
-            f"SELECT (SELECT id FROM t)")
+            f"{name} AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
+            f"SELECT {', '.join(['%s'] * len(fields))} FROM d RETURNING id)")
 
 
 @cache
-def _statement(post: bool) -> str:
+def _hold_statement() -> str:
+    return f"WITH {hold_ctes()} SELECT (SELECT id FROM t)"
+
+
+def resolution_params(resolution: Transfer) -> list[Any]:
+    """`resolution_ctes`'s parameters, in its order."""
+    return [*insert_params(connections[DEFAULT_DB_ALIAS], resolution), resolution.debit_account_id,
+            resolution.credit_account_id]
+
+
+@cache
+def resolution_ctes(post: bool, source: str = "") -> str:
+    """The CTEs t (the resolving transfer's INSERT, skipped when the hold is resolved already), d
+    (the debit account's totals) and c (the credit account's), each from the one before;
+    `source`: a CTE the INSERT selects from, so it writes nothing when that one has no row (the
+    acceptance's compare-and-set). Select `(SELECT id FROM t)` (NULL: already resolved) and
+    `(SELECT count(*) FROM c)` (1: both accounts moved)."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
     transfer, account = qn(Transfer._meta.db_table), qn(LedgerAccount._meta.db_table)
     fields = insert_fields(Transfer)
@@ -91,9 +116,14 @@ def _statement(post: bool) -> str:
         return ", ".join([f'"{side}_pending" = a."{side}_pending" - t.amount',
                           *([f'"{side}_posted" = a."{side}_posted" + t.amount'] if post else [])])
 
-    return (f"WITH t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
-            f"VALUES ({', '.join(['%s'] * len(fields))}) "
-            f"ON CONFLICT ({pending}) WHERE {pending} IS NOT NULL DO NOTHING RETURNING id, amount), "
+    values = ", ".join(["%s"] * len(fields))
+    return (f"t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
+            + (f"SELECT {values} FROM {source} " if source else f"VALUES ({values}) ")
+            + f"ON CONFLICT ({pending}) WHERE {pending} IS NOT NULL DO NOTHING RETURNING id, amount), "
             f"d AS (UPDATE {account} a SET {moved('debits')} FROM t WHERE a.id = %s RETURNING t.id, t.amount), "
-            f"c AS (UPDATE {account} a SET {moved('credits')} FROM d t WHERE a.id = %s RETURNING t.id) "
-            f"SELECT (SELECT id FROM t), (SELECT count(*) FROM c)")
+            f"c AS (UPDATE {account} a SET {moved('credits')} FROM d t WHERE a.id = %s RETURNING t.id)")
+
+
+@cache
+def _statement(post: bool) -> str:
+    return f"WITH {resolution_ctes(post)} SELECT (SELECT id FROM t), (SELECT count(*) FROM c)"

@@ -34,8 +34,11 @@ from agentpay.models import (
     OutboxMessage,
     PaymentIntent,
     Settlement,
+    Transfer,
 )
 from agentpay.services.insert_values import insert_values
+from agentpay.services.ledger import StaleSystemAccount
+from agentpay.services.ledger_writes import hold_ctes, hold_params
 from agentpay.services.locking import WALLET_COLUMNS, wallet_load
 
 # False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
@@ -50,6 +53,9 @@ class OpenWrites:
     children: Sequence[Model]  # rows an effect made for the intent (the challenge), each with an `intent` FK
     receipts: Sequence[IntentReceipt]
     outbox: OutboxMessage | None
+    # The settlement's hold, unsaved (ledger_hold write=False; the intent inserted already): written
+    # first, the settlement citing it. StaleSystemAccount when its system account moved no row.
+    hold: Transfer | None = None
 
 
 def open_is_one_statement() -> bool:
@@ -68,14 +74,27 @@ def open_write(writes: OpenWrites) -> None:
     rows = [writes.settlement, writes.fulfillment, *writes.children, *writes.receipts,
             *([writes.outbox] if writes.outbox is not None else [])]
     inserted = not writes.intent._state.adding
-    sql = _statement(tuple(type(row) for row in rows), inserted)
+    hold = writes.hold
+    sql = _statement(tuple(type(row) for row in rows), inserted, hold is not None)
     # insert_values: Django's conversions, without its per-value calls where they change nothing.
     params = [writes.intent.pk] if inserted else insert_values(db, writes.intent)
+    if hold is not None:
+        params += hold_params(hold)
     for row in rows:
-        params += insert_values(db, row, but="intent")
+        values = insert_values(db, row, but="intent")
+        if hold is not None and row is writes.settlement:
+            del values[_SETTLEMENT_HOLD]  # the statement takes it from the hold's INSERT
+        params += values
     with db.cursor() as cursor:
         cursor.execute(sql, params)  # ~110 values: parsed once per shape (dunning.psycopg_cache)
-        intent_pk, *pks = cursor.fetchone()
+        found = cursor.fetchone()
+    if found is None:  # the hold's system account moved no row, so nothing cites it: roll back
+        raise StaleSystemAccount(f"no system account {hold.credit_account_id if hold else '?'}")
+    intent_pk, *pks = found
+    if hold is not None:
+        hold_pk, *pks = pks
+        _saved(db, hold, hold_pk)
+        writes.settlement.hold = hold  # its id, now the hold has one (and the hold stays cached)
     _saved(db, writes.intent, intent_pk)
     for row, pk in zip(rows, pks, strict=True):
         row.intent_id = intent_pk
@@ -104,6 +123,8 @@ def open_insert_locking_wallet(intent: PaymentIntent) -> LedgerAccount | None:
 
 
 def _write_orm(writes: OpenWrites) -> None:
+    if writes.hold is not None:
+        raise ValueError("a deferred hold needs the one statement")
     if writes.intent._state.adding:
         writes.intent.save(force_insert=True)
     for row in (writes.settlement, writes.fulfillment, *writes.children):
@@ -128,23 +149,35 @@ def _insert_locking_wallet() -> str:
             f"ON w.tenant_id = i.tenant_id AND w.currency = i.currency AND w.kind = %s FOR UPDATE OF w")
 
 
+# Where the settlement's hold is among its INSERT's values (a deferred hold's id comes from `h`).
+_SETTLEMENT_HOLD = [f.name for f in _fields(Settlement, "intent")].index("hold")
+
+
 @cache
-def _statement(shape: tuple[type[Model], ...], inserted: bool = False) -> str:
+def _statement(shape: tuple[type[Model], ...], inserted: bool = False, hold: bool = False) -> str:
     """The one statement of an open writing the intent and rows of these models, in this order;
     the final SELECT returns the intent's id, then each row's. `inserted`: the intent is in
-    already (the wallet's hold needed it first), its id is the first parameter."""
+    already (the wallet's hold needed it first), its id is the first parameter. `hold`: the
+    hold's CTEs (ledger_writes.hold_ctes, its INSERT named `h`) after the intent, the
+    settlement's hold_id from `h`, and the hold's id selected after the intent's: no row at all
+    when the hold's system account moved none (the settlement selects from `h`)."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
 
     def insert(name: str, model: type[Model], source: str) -> str:
         fields = _fields(model, "intent" if source else "")
         columns = [qn(f.column) for f in fields] + ([qn(model._meta.get_field("intent").column)] if source else [])
         values = ["%s"] * len(fields) + ([f"i.{qn(PaymentIntent._meta.pk.column)}"] if source else [])
+        if hold and model is Settlement:
+            values[_SETTLEMENT_HOLD], source = "h.id", f"{source}, h"
         return (f"{name} AS (INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) "
                 f"SELECT {', '.join(values)}{' FROM ' + source if source else ''} "
                 f"RETURNING {qn(model._meta.pk.column)} AS id)")
 
     intent = f"i AS (SELECT %s AS {qn(PaymentIntent._meta.pk.column)})" if inserted else insert("i", PaymentIntent, "")
     ctes, names, previous_receipt = [intent], ["i"], ""
+    if hold:
+        ctes.append(hold_ctes("h"))
+        names.append("h")
     for n, model in enumerate(shape):
         name = f"w{n}"
         # A receipt after another selects from its RETURNING: inserted after it, a higher id.

@@ -3,10 +3,11 @@ capture / release / keep held.
 
 `intent_drive_wallet` looks at the lines as they are and takes the next step, so the same code
 starts a fresh intent and resumes one whose request crashed before the upstream was called.
-Authorize and hold are one acceptance (one transaction: the steps are accepted together or not
-at all, each checked against the tables after the one before it), dispatch a second, the
-upstream's answer with its capture or release a third; the upstream call runs after `dispatch`
-committed, never inside a transaction. Once dispatched, a call is never sent again:
+A fresh gateway call takes authorize, hold and dispatch as its intent is opened (`open_steps`:
+one transaction, the steps accepted together or not at all, each checked against the tables
+after the one before it), then the upstream's answer with its capture or release. A resumed
+intent takes authorize + hold as one acceptance, dispatch as a second. Either way the upstream
+call runs after `dispatch` committed, never inside a transaction. Once dispatched, a call is never sent again:
 an unknown outcome is resolved only by the status query (`agentpay.services.recovery`).
 """
 
@@ -76,7 +77,8 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
                         release_lease: bool = False) -> Driven:
     """`just_opened`: `intent` is the one `intent_open` inserted in this request (its fulfillment
     is cached on it, its lines are `opened_lines`, the initial ones when not given: authorized and
-    held when it took authorize_and_hold on open), so nothing is read back.
+    held when it took authorize_and_hold on open, and dispatched too when it took open_steps: then
+    the upstream is called at once), so nothing is read back.
     `release_lease`: the upstream's answer is accepted with the request's processing lease cleared
     (one UPDATE fewer); `Driven.lease_released` says whether that happened."""
     last: Outcome | None = None
@@ -110,6 +112,12 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
         if not last.accepted:
             return Driven(last, refusal=last.refusal_code, detail=last.detail)
         lines = last.lines
+    if just_opened and (lines.intent, lines.settlement, lines.fulfillment) == DISPATCHED_ON_OPEN:
+        # This request's open took the hold and the dispatch and committed them (open_steps): the
+        # upstream is this request's to call, once. A resumed intent in these lines is never sent
+        # again (recovery's status query resolves it).
+        return forward_and_accept(intent, cause, fulfillment.fulfillment_id, request_id, ANSWER_STEPS,
+                                  release_lease=release_lease)
     if not (lines.intent == "authorized" and lines.settlement == "held" and lines.fulfillment == "not_started"):
         return Driven(last)
     # Its own acceptance, committed before the upstream is called: a request that dies between the
@@ -125,6 +133,20 @@ def authorize_and_hold(amount: int) -> list[Step]:
     """A fresh wallet intent's authorize → hold: the gateway asks them as the intent is opened."""
     return [Step("intent", "payload_verified", {"api_key": "verified"}),
             Step("settlement", "hold_acquired", {"amount": amount})]
+
+
+# The lines an open with `open_steps` leaves: held, and dispatched to the upstream.
+DISPATCHED_ON_OPEN = ("authorized", "held", "in_progress")
+
+
+def open_steps(amount: int) -> list[Step]:
+    """A fresh wallet intent's authorize → hold → dispatch, accepted as it is opened (one
+    transaction, generation 1: the seed needs only open + hold | upstream | answer). The dispatch
+    still commits before the upstream is called. A request that dies after that commit leaves a
+    dispatched call the upstream may never have seen, which recovery's status query resolves
+    (wallet-ledger-spec §9.2), as when it died between a separate dispatch's commit and the call;
+    the window a never-dispatched hold had (expired by its TTL, §5.5) is gone for a fresh call."""
+    return [*authorize_and_hold(amount), Step("fulfillment", "dispatch")]
 
 
 def _steps_to_hold(lines: Lines, intent: PaymentIntent) -> list[Step]:

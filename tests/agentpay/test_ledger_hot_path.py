@@ -66,6 +66,32 @@ def test_a_stale_cached_system_account_id_is_looked_up_again(funded, routes):
     assert (revenue.credits_pending, revenue.credits_posted) == (0, 150)
 
 
+def test_an_open_whose_hold_finds_a_stale_system_account_id_rolls_back_and_opens_again(funded, routes):
+    """The open writes its hold with its rows (open_writes): a stale cached id moves no system
+    account, so nothing cites the hold and the open is rolled back, the id forgotten, and the
+    open done again with the account looked up: one intent, one hold, the totals moved once."""
+    import uuid
+
+    from agentpay.bridge import trusted_now
+    from agentpay.services.intents import intent_open
+    from agentpay.services.wallet_flow import open_steps
+
+    wallet = LedgerAccount.objects.get(kind="wallet", tenant=funded)
+    key = ("revenue", "usd", system_shard(wallet.pk))
+    ledger.system_account("revenue", "usd", key[2])  # the account exists; the cache is what is stale
+    ledger._SYSTEM_IDS[key] = 10**12
+    opened = intent_open(tenant=funded, route=routes["ok"], rail="wallet", idempotency_key="stale", digest="d",
+                         forward_path="", forward_query="", content_type="", body=b"", request_id=uuid.uuid4(),
+                         now=trusted_now(), steps=open_steps(150))
+    assert opened.created and opened.lines.settlement == "held"
+    revenue = LedgerAccount.objects.get(kind="revenue", currency="usd", shard=key[2])
+    assert ledger._SYSTEM_IDS[key] == revenue.pk
+    assert PaymentIntent.objects.filter(tenant=funded, idempotency_key="stale").count() == 1
+    hold = Transfer.objects.get(intent=opened.intent, kind="pending")
+    assert hold.credit_account_id == revenue.pk and opened.intent.settlements.get().hold_id == hold.pk
+    assert (LedgerAccount.objects.get(pk=wallet.pk).debits_pending, revenue.credits_pending) == (150, 150)
+
+
 def _authorized(tenant: Tenant, route) -> PaymentIntent:
     import uuid
 
@@ -85,9 +111,9 @@ def test_a_paid_call_locks_the_wallet_only_to_hold_and_never_writes_a_system_acc
     locks = [s for s in sql if "FOR UPDATE" in s]
     wallet_locks = [s for s in locks if s.startswith('SELECT "agentpay_ledgeraccount"') or s.endswith((", w", " OF w"))]
     assert len(wallet_locks) == 1  # the hold's, taken as the intent is opened; not the capture's
-    # The open's wallet lock (authorize + hold on open), then one lock statement per acceptance:
-    # dispatch, the answer.
-    assert len(locks) == 3 and [s for s in locks if s.endswith("FOR UPDATE OF i, s, f")] == locks[1:]
+    # The open's wallet lock (authorize + hold + dispatch on open), then the answer's acceptance's
+    # lock statement: no acceptance of its own for dispatch.
+    assert len(locks) == 2 and [s for s in locks if s.endswith("FOR UPDATE OF i, s, f")] == locks[1:]
     assert not [s for s in sql if s.startswith('INSERT INTO "agentpay_ledgeraccount"')]
     account_reads = [s for s in sql if s.startswith('SELECT "agentpay_ledgeraccount"."id"') and "FOR UPDATE" not in s]
     assert not account_reads  # no system account looked up

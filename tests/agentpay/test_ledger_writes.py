@@ -101,7 +101,12 @@ def test_the_one_statement_holds_as_the_orm_does(funded, routes, monkeypatch):
     _held(funded, routes["ok"], "warm")  # the revenue shard's id is cached: the one statement applies
     with CaptureQueriesContext(connection) as captured:
         one = hold("one")
-    assert sum(q["sql"].startswith("WITH c AS (UPDATE") for q in captured.captured_queries) == 1
+    # The hold's CTEs in the open's statement of its rows (open_writes), not a statement of their own.
+    sql = [q["sql"] for q in captured.captured_queries]
+    assert [s for s in sql if 'c AS (UPDATE "agentpay_ledgeraccount"' in s] == [
+        s for s in sql if s.startswith('WITH i AS (SELECT') and '"agentpay_settlement"' in s]
+    assert len([s for s in sql if 'c AS (UPDATE "agentpay_ledgeraccount"' in s]) == 1
+    assert not [s for s in sql if s.startswith("WITH c AS")]
     monkeypatch.setattr(ledger_writes, "ONE_STATEMENT", False)
     with CaptureQueriesContext(connection) as captured:
         orm = hold("orm")

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.django_db
 def test_the_relay_publishes_each_change_once_with_its_request_id(funded, routes, call, caplog):
     response = call("ok")
     rows = OutboxMessage.objects.filter(intent__intent_id=response["AgentPay-Intent"])
-    # One row per acceptance: authorize + hold, dispatch, the answer with its capture.
-    assert rows.count() == 3 and not rows.filter(published_at__isnull=False).exists()
+    # One row per accepted generation: the open's authorize + hold + dispatch, the answer with its capture.
+    assert rows.count() == 2 and not rows.filter(published_at__isnull=False).exists()
     with caplog.at_level(logging.INFO, logger="agentpay.events"):
         run = agentpay_job_run("agentpay_outbox_relay")
     assert run.changed == rows.count() and run.errors == 0

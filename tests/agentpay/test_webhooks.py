@@ -64,7 +64,7 @@ def test_each_change_is_posted_signed_once(funded, routes, call, receiver, hooke
     _, secret = hooked
     response = call("ok")
     rows = OutboxMessage.objects.filter(intent__intent_id=response["AgentPay-Intent"]).order_by("pk")
-    assert outbox_relay(now=trusted_now()).published == rows.count() >= 3
+    assert outbox_relay(now=trusted_now()).published == rows.count() >= 2
     events = [verify(secret, r) for r in receiver.received]
     assert [e["id"] for e in events] == [r.dedupe_key for r in rows]
     assert [r["headers"]["AgentPay-Event-Id"] for r in receiver.received] == [r.dedupe_key for r in rows]
@@ -173,7 +173,7 @@ def test_the_intent_timeline_shows_the_posts_and_the_command_sets_the_url(funded
     client.force_login(lead)
     pk = PaymentIntent.objects.get(intent_id=intent_id).pk
     page = client.get(reverse("admin:agentpay_paymentintent_change", args=[pk])).content.decode()
-    assert page.count("ap-kind ap-kind-webhook") == WebhookAttempt.objects.count() >= 3
+    assert page.count("ap-kind ap-kind-webhook") == WebhookAttempt.objects.count() >= 2
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook", "http://localhost/hook", "http://10.1.2.3/hook",
@@ -211,7 +211,7 @@ def test_a_receiver_that_never_answers_costs_one_timeout_per_run(funded, routes,
         call("ok", "k-a")
         call("ok", "k-b")
         rows = OutboxMessage.objects.filter(published_at__isnull=True).count()
-        assert rows >= 6
+        assert rows >= 4
         started = time.monotonic()
         run = outbox_relay(now=trusted_now())
         took = time.monotonic() - started
