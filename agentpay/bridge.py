@@ -16,6 +16,7 @@ from typing import Any
 from dunning.acceptance.row_inserts import insert_fields, insert_params, mark_saved  # noqa: F401
 from dunning.clock import now_is_not_ahead as _now_is_not_ahead
 from dunning.clock import trusted_now as _trusted_now
+from dunning.evidence.connection_health import health_check_without_round_trip  # noqa: F401
 from dunning.privacy import desensitise_body as _desensitise_body
 from entitlements.profiles import get_profile
 from subscriptions.models import Subscription
