@@ -54,3 +54,61 @@ def test_a_fetch_goes_through_the_client_s_sessions(sim, monkeypatch):  # noqa: 
     invoice_id = sim.create_renewal_invoice(sim.create_subscription(customer, "price_monthly_pro", amount=2500))
     assert adapter.fetch_invoice(invoice_id).id == invoice_id
     assert len(made) == 1 and not made[0].trust_env
+
+
+def test_a_fetch_takes_the_short_path_and_reads_the_same_invoice(sim, monkeypatch):  # noqa: F811
+    """A plain GET skips Session.request's preparation (fails if it goes through prepare_request)."""
+    adapter = provider(sim)
+    customer = sim.create_customer("ada@example.com", card="stolen_card")
+    invoice_id = sim.create_renewal_invoice(sim.create_subscription(customer, "price_monthly_pro", amount=2500))
+    through_requests = adapter.fetch_invoice(invoice_id)  # the first call, then the session exists
+    prepared: list[str] = []
+    real = requests.Session.prepare_request
+    monkeypatch.setattr(requests.Session, "prepare_request", lambda self, r: prepared.append(r.url) or real(self, r))
+    fetched = adapter.fetch_invoice(invoice_id)
+    assert prepared == []
+    assert fetched.raw == through_requests.raw and fetched.id == invoice_id and fetched.status == "open"
+
+
+def test_the_short_path_answers_as_requests_does():
+    """Status, body and case-insensitive headers of an error answer, and a refused connection
+    raised as the ConnectionError requests raises (what the SDK turns into APIConnectionError)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = b'{"error": {"type": "invalid_request_error", "message": "No such invoice"}}'
+            self.send_response(404)
+            self.send_header("Request-Id", "req_1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/v1/invoices/in_x?expand%5B0%5D=payments"
+    try:
+        lean = _session(f"http://127.0.0.1:{server.server_port}").request("get", url, headers={"X-A": "1"}, timeout=5)
+        plain = requests.Session().request("get", url, headers={"X-A": "1"}, timeout=5)
+        assert type(lean) is not requests.Response  # the short path answered
+        assert (lean.status_code, lean.content) == (plain.status_code, plain.content)
+        assert lean.headers["request-id"] == plain.headers["Request-Id"] == "req_1"
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(requests.exceptions.ConnectionError):
+        _session().request("get", url, timeout=2)  # nothing listens there any more
+
+
+def test_a_proxied_or_non_get_request_takes_requests_whole_path(no_proxy_environment, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(requests.Session, "request", lambda self, method, url, **kw: calls.append(method) or "full")
+    no_proxy_environment.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert _session().request("get", f"{API}/v1/invoices/in_1", timeout=1) == "full"
+    no_proxy_environment.delenv("HTTPS_PROXY")
+    assert _session().request("post", f"{API}/v1/invoices/in_1/pay", data="a=1", timeout=1) == "full"
+    assert calls == ["get", "post"]
