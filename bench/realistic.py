@@ -53,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cycles of the sequential reference sweep (1 worker, 1 I/O thread; default 50, smoke 5)")
     g.add_argument("--io-threads", type=int, default=16,
                    help="DUNNING_PROVIDER_IO_THREADS for the sweep workers (provider I/O pool inside the job)")
+    g.add_argument("--sweep-pacing", type=float, default=None,
+                   help="STRIPE_MAX_REQUESTS_PER_SECOND for each sweep worker (default: the rate limit / "
+                        "--sweep-workers, as the README says to deploy it; 0: unpaced, the 429 back-off alone)")
     g.add_argument("--paid-rate", type=float, default=None, help="paid deliveries a second (default 50, smoke 10)")
     g.add_argument("--paid-seconds", type=float, default=None, help="seconds of paid deliveries (default 120, smoke 3)")
     g.add_argument("--real-burst", type=int, default=None, help="paid deliveries sent at once (default 1000, smoke 20)")
@@ -70,6 +73,8 @@ def finish_arguments(a: argparse.Namespace) -> None:
     a.paid_rate = a.paid_rate or (10.0 if smoke else 50.0)
     a.paid_seconds = a.paid_seconds or (3.0 if smoke else 120.0)
     a.real_burst = a.real_burst or (20 if smoke else 1000)
+    if a.sweep_pacing is None:
+        a.sweep_pacing = a.provider_rate_limit / max(1, a.sweep_workers)
     # --celery-concurrency is shared with the restore phase (prefork, 2); a thread pool needs more
     # threads than cores to overlap provider waits.
     a.real_celery_concurrency = a.celery_concurrency or (16 if a.celery_pool == "threads" else 2)
@@ -126,7 +131,8 @@ def phase_sweep_real(args: argparse.Namespace) -> dict[str, Any]:
     ref_receipts = _job_receipts()
     say("sweep_real", f"{size} cycles, {args.sweep_workers} worker(s) x {args.io_threads} provider I/O threads")
     run = run_sweep(size, tag="sweep_real", workers=args.sweep_workers, network=network,
-                    worker_env={"DUNNING_PROVIDER_IO_THREADS": str(args.io_threads)},
+                    worker_env={"DUNNING_PROVIDER_IO_THREADS": str(args.io_threads),
+                                "STRIPE_MAX_REQUESTS_PER_SECOND": f"{args.sweep_pacing:g}"},
                     trace_every=1.0 if size <= 20_000 else 5.0)
     receipts = _job_receipts()
     from django.db import connections
@@ -140,7 +146,7 @@ def phase_sweep_real(args: argparse.Namespace) -> dict[str, Any]:
                             refused=max(receipts["refused"], run.get("refused", 0)), patterns=receipts["patterns"],
                             reference=ref_receipts["patterns"])
     result = {
-        "size": size, "workers": args.sweep_workers, "io_threads": args.io_threads,
+        "size": size, "workers": args.sweep_workers, "io_threads": args.io_threads, "pacing": args.sweep_pacing,
         "rate_limit": args.provider_rate_limit, "latency_ms": args.provider_latency_ms,
         "latency_spread_ms": args.provider_latency_spread_ms,
         "wall_seconds": run["wall_seconds"], "provider_reads": reads, "floor_seconds": floor,
@@ -327,7 +333,8 @@ def table_rows(name: str, r: dict[str, Any], row: Callable[[str, str, str, str],
 def _rows_sweep(r: dict[str, Any], row: Callable, judge: Callable, smoke: bool) -> None:
     limit = f"{r['rate_limit']:g}/s, {r['latency_ms']:g} ± {r['latency_spread_ms']:g} ms"
     ratio = r["ratio"]
-    row(f"sweep_real {r['size']}, {r['workers']} worker(s) x {r['io_threads']} I/O threads ({limit})",
+    paced = f", paced {r['pacing']:g}/s each" if r.get("pacing") else ""
+    row(f"sweep_real {r['size']}, {r['workers']} worker(s) x {r['io_threads']} I/O threads{paced} ({limit})",
         f"{r['wall_seconds']:.1f} s vs floor {r['floor_seconds']:.1f} s ({r['provider_reads']} reads / "
         f"{r['rate_limit']:g}/s) = x{ratio or 0:.2f}; {r['rate_limited']} answered 429",
         f"<= {r['ratio_target']:g} x floor", judge(ratio, ratio is not None and ratio <= r["ratio_target"], smoke))

@@ -188,7 +188,7 @@ DUNNING_PROVIDER_RETRY_OVERDUE_SECONDS = 3600
 # on its own thread and database connection, so the fresh fetches' provider latency overlaps
 # (dunning/jobs/row_pool.py); 1 is the sequential sweep. 8: Little's law at Stripe's live limit,
 # 100 reads/s × 0.15 s ≈ 15 fetches in flight, is 8 in each of two workers; 9 connections a worker.
-DUNNING_PROVIDER_IO_THREADS = int(os.environ.get("DUNNING_PROVIDER_IO_THREADS", "8"))
+DUNNING_PROVIDER_IO_THREADS = int(os.environ.get("DUNNING_PROVIDER_IO_THREADS", "16"))
 DUNNING_PROVIDER_CANCEL_ALERT_SECONDS = 3600  # a provider cancellation unconfirmed this long raises an alert
 # Alerts and reconciliation.
 DUNNING_ALERT_PAID_NOT_RESTORED_SECONDS = 60
