@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import re
 import subprocess
 import time
@@ -218,10 +219,14 @@ def summary(label: str, out: dict[str, Any], n: int, *, phase: str = PHASE, ok_s
 
 def start_gateway(database: str, log: Path, name: str = "gunicorn-agentpay") -> tuple[subprocess.Popen, int,
                                                                                        dict[str, str]]:
-    """gunicorn (2 sync workers) serving the gateway on a free port: (process, port, its env)."""
+    """gunicorn serving the gateway on a free port: (process, port, its env). 2 sync workers, or with
+    BENCH_GATEWAY_THREADS=N > 1 2 gthread workers x N threads (tried at 4 on 2026-12-04: one short run
+    better, the full phase worse, bench/last_run/README.md)."""
     port = free_port()
     env = child_env(DATABASE_URL=db_url(database), ALLOWED_HOSTS="127.0.0.1,localhost")
-    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", "--worker-class", "sync",
+    threads = int(os.environ.get("BENCH_GATEWAY_THREADS", "1"))
+    worker = ["--worker-class", "sync"] if threads <= 1 else ["--worker-class", "gthread", "--threads", str(threads)]
+    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", *worker,
             "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
     proc = CHILDREN.start(name, argv, env=env, log=log)
     wait_port(port, 30, proc)
