@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.db import DataError, connection, transaction
+from psycopg import ClientCursor, Cursor
+from psycopg.types.numeric import Int2, Int4, Int8
 
 import config
 from dunning.reads.cycles import cycle_read
@@ -76,9 +78,6 @@ def _env_on() -> bool:
 def test_an_int_wider_than_its_declared_width_arrives_exact_or_is_refused_never_wrapped():
     """Django hands psycopg an Int4 for an int it types as IntegerField (`F(total) + amount`).
     psycopg's own binary dumper would wrap it past 2**31 (10**12 -> -727379968); ours widens it."""
-    from psycopg import ClientCursor, Cursor
-    from psycopg.types.numeric import Int2, Int4, Int8
-
     connection.ensure_connection()
     raw = connection.connection
     with Cursor(raw) as server_side, ClientCursor(raw) as client_side:

@@ -3,15 +3,20 @@ cached, the wallet locked only by the steps that read it. Shapes of SQL, never t
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from agentpay.bridge import trusted_now
 from agentpay.models import LedgerAccount, PaymentIntent, Tenant, Transfer
 from agentpay.services import ledger
+from agentpay.services.intents import intent_open
 from agentpay.services.ledger import ledger_capture, ledger_hold, system_shard
 from agentpay.services.tenants import tenant_create
 from agentpay.services.topups import wallet_staff_credit
+from agentpay.services.wallet_flow import open_steps
 
 pytestmark = pytest.mark.django_db
 
@@ -70,12 +75,6 @@ def test_an_open_whose_hold_finds_a_stale_system_account_id_rolls_back_and_opens
     """The open writes its hold with its rows (open_writes): a stale cached id moves no system
     account, so nothing cites the hold and the open is rolled back, the id forgotten, and the
     open done again with the account looked up: one intent, one hold, the totals moved once."""
-    import uuid
-
-    from agentpay.bridge import trusted_now
-    from agentpay.services.intents import intent_open
-    from agentpay.services.wallet_flow import open_steps
-
     wallet = LedgerAccount.objects.get(kind="wallet", tenant=funded)
     key = ("revenue", "usd", system_shard(wallet.pk))
     ledger.system_account("revenue", "usd", key[2])  # the account exists; the cache is what is stale
@@ -93,11 +92,6 @@ def test_an_open_whose_hold_finds_a_stale_system_account_id_rolls_back_and_opens
 
 
 def _authorized(tenant: Tenant, route) -> PaymentIntent:
-    import uuid
-
-    from agentpay.bridge import trusted_now
-    from agentpay.services.intents import intent_open
-
     return intent_open(tenant=tenant, route=route, rail="wallet", idempotency_key=uuid.uuid4().hex, digest="d",
                        forward_path="", forward_query="", content_type="", body=b"", request_id=uuid.uuid4(),
                        now=trusted_now()).intent

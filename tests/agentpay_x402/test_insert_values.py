@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.db.models import Model
+from django.db.models.fields import timezone as fields_timezone
 
 from agentpay.bridge import insert_params
 from agentpay.models import (
@@ -33,8 +34,6 @@ NOW = datetime(2026, 12, 4, 7, 0, tzinfo=UTC)
 @pytest.fixture(autouse=True)
 def _still_clock(monkeypatch):
     """auto_now_add stamps the clock in pre_save: the same instant for both conversions."""
-    from django.db.models.fields import timezone as fields_timezone
-
     monkeypatch.setattr(fields_timezone, "now", lambda: NOW)
 OPEN_MODELS = (PaymentIntent, Settlement, Fulfillment, PaymentChallenge, GatewayRequest, IntentReceipt, OutboxMessage)
 

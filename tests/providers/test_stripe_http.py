@@ -4,7 +4,9 @@ environment again on each request; a fetch through them still reaches the provid
 
 from __future__ import annotations
 
+import http.server
 import os
+import threading
 
 import pytest
 import requests
@@ -73,9 +75,6 @@ def test_a_fetch_takes_the_short_path_and_reads_the_same_invoice(sim, monkeypatc
 def test_the_short_path_answers_as_requests_does():
     """Status, body and case-insensitive headers of an error answer, and a refused connection
     raised as the ConnectionError requests raises (what the SDK turns into APIConnectionError)."""
-    import http.server
-    import threading
-
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
             body = b'{"error": {"type": "invalid_request_error", "message": "No such invoice"}}'
