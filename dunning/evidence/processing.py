@@ -9,10 +9,8 @@ from __future__ import annotations
 import logging
 import traceback
 from datetime import datetime
-from functools import cache
 
-from django.db import connection
-from django.db.models import Field, Max
+from django.db.models import Max
 from django.db.models.functions import Coalesce
 
 from dunning.acceptance.deadlocks import retry_on_deadlock
@@ -21,6 +19,7 @@ from dunning.acceptance.opening import InvoiceFacts, OpeningRefused, cycle_open_
 from dunning.acceptance.transitions import cycle_accept_transition
 from dunning.clock import trusted_now
 from dunning.evidence.next_edge import cycle_reconcile_with_invoice, invoice_update
+from dunning.evidence.outcome_writes import event_outcome_record
 from dunning.evidence.payment_methods import payment_method_event
 from dunning.evidence.processing_result import Processing
 from dunning.evidence.receipts import receipt_record
@@ -84,31 +83,8 @@ def event_process(*, event_pk: int, now: datetime | None = None) -> str:
     event.processed_at = now
     event.attempts += 1
     event.error = ""
-    retry_on_deadlock(lambda: _record_outcome(event), what=f"recording the outcome of event {event.event_id}")
+    retry_on_deadlock(lambda: event_outcome_record(event), what=f"recording the outcome of event {event.event_id}")
     return result.outcome
-
-
-# The bookkeeping an event's processing writes once it has an outcome (all in MUTABLE_FIELDS).
-OUTCOME_FIELDS = ("outcome", "outcome_detail", "subscription", "invoice", "cycle", "processed_at", "attempts", "error")
-
-
-@cache
-def _outcome_update() -> tuple[str, tuple[Field, ...]]:
-    fields = tuple(ProviderEvent._meta.get_field(name) for name in OUTCOME_FIELDS)
-    assert {f.name for f in fields} <= ProviderEvent.MUTABLE_FIELDS  # the append-only model's own rule
-    qn = connection.ops.quote_name
-    sql = (f"UPDATE {qn(ProviderEvent._meta.db_table)} SET {', '.join(f'{qn(f.column)} = %s' for f in fields)} "
-           f"WHERE {qn(ProviderEvent._meta.pk.column)} = %s")
-    return sql, fields
-
-
-def _record_outcome(event: ProviderEvent) -> None:
-    """`event.save(update_fields=OUTCOME_FIELDS)` as one prepared UPDATE: the same statement and
-    values (each field's database conversion), without building the save's query (update_fields
-    checks, signals, the compiler) on every paid event."""
-    sql, fields = _outcome_update()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [f.get_db_prep_save(getattr(event, f.attname), connection) for f in fields] + [event.pk])
 
 
 def _process(event: ProviderEvent, provider: PaymentProvider, now: datetime) -> Processing:

@@ -11,7 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from dunning.clock import trusted_now
-from dunning.evidence.processing import OUTCOME_FIELDS, _record_outcome, _subscription_of, invoice_read_is_stale
+from dunning.evidence.outcome_writes import OUTCOME_FIELDS, event_outcome_record
+from dunning.evidence.processing import _subscription_of, invoice_read_is_stale
 from dunning.evidence.receipts import receipt_record
 from dunning.models import DunningCycle, EventOutcome, FactKind, MonetaryFact, OutboxMessage, ProviderEvent
 from dunning.models import TransitionReceipt as Receipt
@@ -104,7 +105,7 @@ def _event(event_id: str, now: datetime) -> ProviderEvent:
 
 
 def test_the_outcome_is_written_as_the_models_own_save_would_write_it(policy):
-    """`_record_outcome` is `save(update_fields=OUTCOME_FIELDS)` as one hand-written UPDATE: both
+    """`event_outcome_record` is `save(update_fields=OUTCOME_FIELDS)` as one hand-written UPDATE: both
     give the same row, links, timestamp, text with NULs of no kind, and nothing else changes."""
     cycle, now = open_cycle(make_subscription()), trusted_now()
     by_hand, by_orm = _event("evt_outcome_hand", now), _event("evt_outcome_orm", now)
@@ -112,7 +113,7 @@ def test_the_outcome_is_written_as_the_models_own_save_would_write_it(policy):
         event.outcome, event.outcome_detail = EventOutcome.APPLIED, "recover: GRACE_ACTIVE→RECOVERED"
         event.subscription, event.invoice, event.cycle = cycle.subscription, cycle.invoice, cycle
         event.processed_at, event.attempts, event.error = now, 3, ""
-    _record_outcome(by_hand)
+    event_outcome_record(by_hand)
     by_orm.save(update_fields=list(OUTCOME_FIELDS))
     columns = [f.attname for f in ProviderEvent._meta.concrete_fields if f.attname not in ("id", "event_id")]
     hand, orm = (ProviderEvent.objects.values(*columns).get(pk=e.pk) for e in (by_hand, by_orm))
@@ -121,7 +122,7 @@ def test_the_outcome_is_written_as_the_models_own_save_would_write_it(policy):
     assert set(OUTCOME_FIELDS) <= ProviderEvent.MUTABLE_FIELDS
     cleared = _event("evt_outcome_none", now)
     cleared.outcome, cleared.processed_at, cleared.attempts = EventOutcome.IGNORED, now, 1
-    _record_outcome(cleared)
+    event_outcome_record(cleared)
     row = ProviderEvent.objects.get(pk=cleared.pk)
     assert (row.outcome, row.subscription_id, row.cycle_id, row.processed_at) == (
         EventOutcome.IGNORED, None, None, now)
