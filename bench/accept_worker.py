@@ -42,6 +42,9 @@ def run(database_url: str, cycle_pks: list[int], ready: Any, start: Any, seconds
         cycle_accept_transition(cycle_pk=cycle_pks[0], edge="record_evidence", expect=expects[cycle_pks[0]],
                                 cause=cause)
     queries = len(captured.captured_queries)
+    from config.startup_heap import freeze_startup_heap
+
+    freeze_startup_heap()  # as the gunicorn and Celery processes it stands for do (config/startup_heap.py)
     profiler = None
     if profile:  # the profiled worker also leaves the SQL of one acceptance beside its profile
         with open(profile.replace("_profile.txt", "_queries.sql"), "w") as fh:

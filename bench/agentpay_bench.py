@@ -225,8 +225,9 @@ def start_gateway(database: str, log: Path, name: str = "gunicorn-agentpay") -> 
     port = free_port()
     env = child_env(DATABASE_URL=db_url(database), ALLOWED_HOSTS="127.0.0.1,localhost")
     threads = int(os.environ.get("BENCH_GATEWAY_THREADS", "1"))
+    processes = os.environ.get("BENCH_GATEWAY_WORKERS", "2")
     worker = ["--worker-class", "sync"] if threads <= 1 else ["--worker-class", "gthread", "--threads", str(threads)]
-    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", *worker,
+    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", processes, *worker,
             "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
     proc = CHILDREN.start(name, argv, env=env, log=log)
     wait_port(port, 30, proc)

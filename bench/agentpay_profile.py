@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.profile.replace("_profile.txt", "_queries.sql"), "w") as fh:
         fh.writelines(f"-- {q['time']} s\n{q['sql']};\n" for q in captured.captured_queries)
     from bench.sweep_worker import _backend_cpu_seconds
+    from config.startup_heap import freeze_startup_heap
+
+    freeze_startup_heap()  # as the gunicorn and Celery processes it stands for do (config/startup_heap.py)
 
     with connection.cursor() as cursor:  # the calls' one connection (this thread's), kept across requests
         cursor.execute("SELECT pg_backend_pid()")

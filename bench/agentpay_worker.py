@@ -59,6 +59,9 @@ def run(database_url: str, tenant_pks: list[int], route_pk: int, ready: Any, sta
         if not one(-1 - i):
             results.put({"error": "a warm-up call did not complete"})
             return
+    from config.startup_heap import freeze_startup_heap
+
+    freeze_startup_heap()  # as the gunicorn and Celery processes it stands for do (config/startup_heap.py)
     profiler = None
     if profile:
         from pyinstrument import Profiler

@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: Counter[str] = Counter()
     for pk in warm:
         outcomes[process_provider_event(pk)] += 1
+    from config.startup_heap import freeze_startup_heap
+
+    freeze_startup_heap()  # as the gunicorn and Celery processes it stands for do (config/startup_heap.py)
     statements[0] = 0
     began, cpu_began = time.perf_counter(), time.process_time()
     for pk in timed:  # the task's body as a worker runs it: claim, then event_process

@@ -5,9 +5,10 @@ from collections.abc import Mapping
 
 from celery import Celery
 from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS
-from celery.signals import after_setup_logger, task_postrun, task_prerun
+from celery.signals import after_setup_logger, task_postrun, task_prerun, worker_process_init, worker_ready
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
+from config.startup_heap import freeze_startup_heap
 from dunning.evidence.connection_health import health_check_without_round_trip
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -38,6 +39,18 @@ def _connections_before_task(task=None, **_) -> None:  # noqa: ANN001
 def _connections_after_task(task=None, **_) -> None:  # noqa: ANN001
     if _in_worker(task):
         close_old_connections()
+
+
+@worker_ready.connect
+def _freeze_heap_when_ready(**_) -> None:  # noqa: ANN003
+    """The worker's own process (a threads or solo pool runs the tasks in it), its tasks imported."""
+    freeze_startup_heap()
+
+
+@worker_process_init.connect
+def _freeze_heap_in_pool_process(**_) -> None:  # noqa: ANN003
+    """A prefork pool's process, forked before the worker was ready (config/startup_heap.py)."""
+    freeze_startup_heap()
 
 
 def _in_worker(task) -> bool:  # noqa: ANN001
