@@ -39,6 +39,7 @@ from bench.common import (
     percentile,
     say,
     wait_port,
+    without_collector_pauses,
 )
 
 PHASE = "agentpay"
@@ -199,7 +200,8 @@ def open_loop(url: str, n: int, rate: float, headers: Any, progress: Any = None)
             wall = loop.time() - start
         return {"results": results, "wall": wall}
 
-    return asyncio.run(go())
+    with without_collector_pauses():
+        return asyncio.run(go())
 
 
 def summary(label: str, out: dict[str, Any], n: int, *, phase: str = PHASE, ok_status: int = 200) -> dict[str, Any]:

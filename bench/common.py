@@ -7,6 +7,7 @@ they have set DATABASE_URL.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -145,6 +146,24 @@ class Children:
 
 
 CHILDREN = Children()
+
+
+@contextlib.contextmanager
+def without_collector_pauses():  # noqa: ANN201
+    """A load generator's timed run with Python's cyclic collector off. Its heap holds every
+    request's coroutine from the start (asyncio.gather), and a full collection in it (10-20 ms on
+    the 2026-12-04 machine, seen in the 402 run with gc.callbacks) stalled the event loop: every
+    request in flight then looked that much slower. That is the bench's pause, not the server's.
+    What the run leaves is collected afterwards."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.collect()
 
 
 def free_port() -> int:

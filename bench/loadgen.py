@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.common import without_collector_pauses
+
 
 def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
     ts = int(time.time()) if timestamp is None else timestamp
@@ -80,8 +82,8 @@ def open_loop(url: str, bodies: list[bytes], rate: float, secret: str,
         return {"results": results, "wall": wall, "client_cpu_seconds": cpu,
                 "client_late_p99_ms": 1000 * late[int(0.99 * (len(late) - 1))] if late else 0.0}
 
-    out = asyncio.run(go())
-    return out
+    with without_collector_pauses():
+        return asyncio.run(go())
 
 
 def burst(url: str, items: list[tuple[str, bytes]], secret: str, concurrency: int = 32,

@@ -8,6 +8,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from bench.loadgen import open_loop, sign
 
 SECRET = "whsec_loadgen_test"
@@ -61,3 +63,17 @@ def test_open_loop_sends_bodies_signed_before_the_window_with_their_due_time(mon
     assert int(signed_at[-1]) - int(signed_at[0]) in (1, 2)
     assert out["client_cpu_seconds"] > 0
     assert out["client_late_p99_ms"] >= 0
+
+
+def test_the_collector_is_off_during_a_timed_run_and_back_on_after():
+    import gc
+
+    from bench.common import without_collector_pauses
+
+    assert gc.isenabled()
+    with without_collector_pauses():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), without_collector_pauses():
+        raise RuntimeError("a failed run")
+    assert gc.isenabled()
