@@ -41,6 +41,7 @@ from bench.common import (
     wait_port,
     without_collector_pauses,
 )
+from bench.cpu_accounting import CpuAccount, describe
 
 PHASE = "agentpay"
 FLOAT = 10**12  # minor units in every bench wallet: never the limit
@@ -264,7 +265,11 @@ def gateway(args: argparse.Namespace, database: str, seeded: dict[str, Any], ups
 
             say(PHASE, f"{label}: warm-up 1 s at {rate:.0f}/s, then {n} calls at {rate:.0f}/s -> {url}")
             open_loop(url, int(rate), rate, lambda i, h=headers: h(-1 - i))
-            result[label] = summary(label, open_loop(url, n, rate, headers, Ticker(PHASE)), n)
+            with CpuAccount() as cpu:
+                out = open_loop(url, n, rate, headers, Ticker(PHASE))
+            result[label] = summary(label, out, n)
+            result[label]["cpu"] = cpu.summary(n, "call")
+            say(PHASE, f"{label}: {describe(result[label]['cpu'])}")
     finally:
         CHILDREN.stop(proc)
     result["added_p99_ms"] = result["gateway"]["p99_ms"] - result["direct"]["p99_ms"]
@@ -311,6 +316,9 @@ def table_rows(res: dict[str, Any], row: Any, judge: Any, smoke: bool) -> None:
     row("  (info) one gateway call's service time", f"{g['profile']['ms_per_call']:.1f} ms, "
         f"{g['profile']['queries_per_call']} queries, in one process, no HTTP server (2 workers at "
         f"{g['offered_rate']:.0f}/s: {busy:.0%} busy)", "added p99 < 10 ms needs headroom", "info")
+    if w.get("cpu"):
+        row("  (info) where the CPU went, gateway run (bench.cpu_accounting)", describe(w["cpu"]),
+            "headroom for the tail", "info")
 
 
 def plot(res: dict[str, Any], path: Path) -> str:

@@ -39,6 +39,7 @@ from bench import agentpay_bench
 from bench.agentpay_chain_reconcile import reconcile
 from bench.agentpay_chain_world import authorized_intent, buyers_of, seed, start_chain
 from bench.common import CHILDREN, Ticker, percentile, say
+from bench.cpu_accounting import CpuAccount, describe
 
 PHASE = "agentpay_chain"
 LIVE = ("submitted", "pending", "unknown")
@@ -86,8 +87,11 @@ def issuance(args: argparse.Namespace, database: str, seeded: dict[str, Any], lo
 
         say(PHASE, f"402 issuance: warm-up 1 s at {rate:.0f}/s, then {n} unpaid calls at {rate:.0f}/s -> {url}")
         agentpay_bench.open_loop(url, int(rate), rate, lambda i: headers(-1 - i))
-        out = agentpay_bench.open_loop(url, n, rate, headers, Ticker(PHASE))
+        with CpuAccount() as cpu:
+            out = agentpay_bench.open_loop(url, n, rate, headers, Ticker(PHASE))
         result.update(agentpay_bench.summary("402 issuance", out, n, phase=PHASE, ok_status=402))
+        result["cpu"] = cpu.summary(n, "402")
+        say(PHASE, f"402 issuance: {describe(result['cpu'])}")
     finally:
         CHILDREN.stop(proc)
     profile = out_dir / "agentpay_chain_402_profile.txt"
@@ -202,6 +206,9 @@ def table_rows(res: dict[str, Any], row: Any, judge: Any, smoke: bool) -> None:
     row("  (info) one 402's service time", f"{i['profile']['ms_per_call']:.1f} ms, {i['profile']['queries_per_call']} "
         f"queries, in one process, no HTTP server (2 workers at {i['offered_rate']:.0f}/s: {busy:.0%} busy)",
         "p99 < 10 ms needs headroom", "info")
+    if i.get("cpu"):
+        row("  (info) where the CPU went, 402 run (bench.cpu_accounting)", describe(i["cpu"]), "headroom for the tail",
+            "info")
     c = res["confirm"]
     gap = max(c["p50_gap_s"], c["p99_gap_s"])
     row(f"agentpay submit->confirmed, 1 s blocks ({c['settlements']})",

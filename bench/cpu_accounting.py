@@ -29,6 +29,8 @@ PARTIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gunicorn", ("gunicorn",)),
     ("celery", ("celery",)),
     ("redis", ("redis-server",)),
+    ("upstream (bench)", ("bench.agentpay_upstream",)),
+    ("anvil", ("anvil",)),
     ("load generator (bench)", ("-m bench", "bench/__main__")),
 )
 

@@ -14,6 +14,9 @@ def test_parties_by_command_line():
     assert party_of("/v/bin/python -m celery -A config worker") == "celery"
     assert party_of("/v/bin/python -m bench --only sweep_real") == "load generator (bench)"
     assert party_of("/usr/bin/redis-server 127.0.0.1:6379") == "redis"
+    # The gateway bench's upstream is started with -m bench.agentpay_upstream: not the load generator.
+    assert party_of("/v/bin/python -m bench.agentpay_upstream 4567") == "upstream (bench)"
+    assert party_of("/root/.anvil/bin/anvil --port 8545 --block-time 1") == "anvil"
     assert party_of("sshd: root") == "other"
 
 
