@@ -166,8 +166,8 @@ def throughput(args: argparse.Namespace, database: str, seeded: dict[str, Any], 
     say(PHASE, f"profiling one worker (1,000 wallets) for {min(args.agentpay_seconds, 3):.0f} s -> {profile}")
     _workers(database, seeded["spread"], seeded["route"], 1, min(args.agentpay_seconds, 3.0), str(profile))
     return {"runs": rows, "profile": str(profile), "pgbench_scale": args.pgbench_scale,
-            "unit": "one paid call = intent_open + 3 acceptances (payload_verified+hold_acquired, dispatch, "
-                    "upstream_2xx+capture+settlement_confirmed); upstream answered in process"}
+            "unit": "one paid call = intent_open taking payload_verified+hold_acquired+dispatch, then one "
+                    "acceptance (upstream_2xx+capture+settlement_confirmed); upstream answered in process"}
 
 
 # ---- (b) gateway added latency ------------------------------------------------------------------------
