@@ -222,6 +222,11 @@ def summary(label: str, out: dict[str, Any], n: int, *, phase: str = PHASE, ok_s
     return s
 
 
+def gateway_workers() -> int:
+    """The gateway's gunicorn processes: BENCH_GATEWAY_WORKERS, 2 unless set."""
+    return max(1, int(os.environ.get("BENCH_GATEWAY_WORKERS", "2")))
+
+
 def start_gateway(database: str, log: Path, name: str = "gunicorn-agentpay") -> tuple[subprocess.Popen, int,
                                                                                        dict[str, str]]:
     """gunicorn serving the gateway on a free port: (process, port, its env). 2 sync workers, or with
@@ -230,7 +235,7 @@ def start_gateway(database: str, log: Path, name: str = "gunicorn-agentpay") -> 
     port = free_port()
     env = child_env(DATABASE_URL=db_url(database), ALLOWED_HOSTS="127.0.0.1,localhost")
     threads = int(os.environ.get("BENCH_GATEWAY_THREADS", "1"))
-    processes = os.environ.get("BENCH_GATEWAY_WORKERS", "2")
+    processes = str(gateway_workers())
     worker = ["--worker-class", "sync"] if threads <= 1 else ["--worker-class", "gthread", "--threads", str(threads)]
     argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", processes, *worker,
             "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
@@ -259,7 +264,8 @@ def gateway(args: argparse.Namespace, database: str, seeded: dict[str, Any], ups
     tag = uuid.uuid4().hex[:8]
     auth = {"Authorization": f"Bearer {seeded['api_key']}", "Content-Type": "application/json"}
     direct_url, gateway_url = f"{upstream}/call", f"http://127.0.0.1:{port}/agentpay/v1/routes/bench/run"
-    result: dict[str, Any] = {"offered_rate": rate, "seconds": args.agentpay_gateway_seconds}
+    result: dict[str, Any] = {"offered_rate": rate, "seconds": args.agentpay_gateway_seconds,
+                              "gunicorn_workers": gateway_workers()}
     try:
         for label, url in (("direct", direct_url), ("gateway", gateway_url)):
             def headers(i: int, label: str = label) -> dict[str, str]:
@@ -314,9 +320,10 @@ def table_rows(res: dict[str, Any], row: Any, judge: Any, smoke: bool) -> None:
         f"{g['added_p99_ms']:.1f} ms (gateway p99 {w['p99_ms']:.1f} / p50 {w['p50_ms']:.1f} ms, {w['errors']} err; "
         f"direct p99 {d['p99_ms']:.1f} / p50 {d['p50_ms']:.1f} ms)", "added p99 < 10 ms, 0 errors",
         judge(g["added_p99_ms"], g["added_p99_ms"] < 10 and w["errors"] == 0, smoke))
-    busy = g["offered_rate"] * g["profile"]["ms_per_call"] / 2000
+    workers = g.get("gunicorn_workers", 2)
+    busy = g["offered_rate"] * g["profile"]["ms_per_call"] / (1000 * workers)
     row("  (info) one gateway call's service time", f"{g['profile']['ms_per_call']:.1f} ms, "
-        f"{g['profile']['queries_per_call']} queries, in one process, no HTTP server (2 workers at "
+        f"{g['profile']['queries_per_call']} queries, in one process, no HTTP server ({workers} workers at "
         f"{g['offered_rate']:.0f}/s: {busy:.0%} busy)", "added p99 < 10 ms needs headroom", "info")
     if w.get("cpu"):
         row("  (info) where the CPU went, gateway run (bench.cpu_accounting)", describe(w["cpu"]),

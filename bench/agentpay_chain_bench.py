@@ -73,7 +73,8 @@ def issuance(args: argparse.Namespace, database: str, seeded: dict[str, Any], lo
     auth = {"Authorization": f"Bearer {seeded['api_key']}", "Content-Type": "application/json"}
     rate, n = args.rate, int(args.rate * args.chain_402_seconds)
     tag = uuid.uuid4().hex[:8]
-    result: dict[str, Any] = {"offered_rate": rate, "seconds": args.chain_402_seconds, "url": url}
+    result: dict[str, Any] = {"offered_rate": rate, "seconds": args.chain_402_seconds, "url": url,
+                              "gunicorn_workers": agentpay_bench.gateway_workers()}
     try:
         # The first answer waits for a worker to import the project: ~10 s on a loaded machine.
         probe = requests.post(url, data=b'{"q": 0}', headers={**auth, "Idempotency-Key": f"{tag}-probe"}, timeout=60)
@@ -202,9 +203,10 @@ def table_rows(res: dict[str, Any], row: Any, judge: Any, smoke: bool) -> None:
     row(f"agentpay 402 issuance p99 @ {i['offered_rate']:.0f}/s",
         f"{i['p99_ms']:.1f} ms (p50 {i['p50_ms']:.1f} ms, {i['achieved_per_s']:.0f} served/s, {i['errors']} not 402)",
         "p99 < 10 ms, every answer 402", judge(i["p99_ms"], i["p99_ms"] < 10 and i["errors"] == 0, smoke))
-    busy = i["offered_rate"] * i["profile"]["ms_per_call"] / 2000
+    workers = i.get("gunicorn_workers", 2)
+    busy = i["offered_rate"] * i["profile"]["ms_per_call"] / (1000 * workers)
     row("  (info) one 402's service time", f"{i['profile']['ms_per_call']:.1f} ms, {i['profile']['queries_per_call']} "
-        f"queries, in one process, no HTTP server (2 workers at {i['offered_rate']:.0f}/s: {busy:.0%} busy)",
+        f"queries, in one process, no HTTP server ({workers} workers at {i['offered_rate']:.0f}/s: {busy:.0%} busy)",
         "p99 < 10 ms needs headroom", "info")
     if i.get("cpu"):
         row("  (info) where the CPU went, 402 run (bench.cpu_accounting)", describe(i["cpu"]), "headroom for the tail",

@@ -11,7 +11,7 @@ frozen, p99 13 ms, max 17 ms) and a fifth of an unpaid call's CPU (2.6 -> 2.1 ms
 `gc.freeze()` moves everything alive at that moment to a permanent generation the collector never
 walks (the CPython documentation's advice for a pre-forking server; Instagram's, for Django). What
 a request leaves behind is still collected. The cost: a reference cycle among the startup objects
-that is later dropped is never freed, which for import-time objects does not happen in practice.
+that is later dropped is never freed, which import-time objects rarely do.
 `GC_FREEZE_STARTUP_HEAP=0` turns it off (to compare, or to chase a leak).
 """
 
