@@ -222,6 +222,17 @@ def summary(label: str, out: dict[str, Any], n: int, *, phase: str = PHASE, ok_s
     return s
 
 
+def measured_open_loop(label: str, url: str, n: int, rate: float, headers: Any, *, phase: str = PHASE,
+                       ok_status: int = 200, unit: str = "call") -> dict[str, Any]:
+    """The timed window: `open_loop`'s summary, with where the machine's CPU went meanwhile."""
+    with CpuAccount() as cpu:
+        out = open_loop(url, n, rate, headers, Ticker(phase))
+    result = summary(label, out, n, phase=phase, ok_status=ok_status)
+    result["cpu"] = cpu.summary(n, unit)
+    say(phase, f"{label}: {describe(result['cpu'])}")
+    return result
+
+
 def gateway_workers() -> int:
     """The gateway's gunicorn processes: BENCH_GATEWAY_WORKERS, 2 unless set."""
     return max(1, int(os.environ.get("BENCH_GATEWAY_WORKERS", "2")))
@@ -229,9 +240,10 @@ def gateway_workers() -> int:
 
 def start_gateway(database: str, log: Path, name: str = "gunicorn-agentpay") -> tuple[subprocess.Popen, int,
                                                                                        dict[str, str]]:
-    """gunicorn serving the gateway on a free port: (process, port, its env). 2 sync workers, or with
-    BENCH_GATEWAY_THREADS=N > 1 2 gthread workers x N threads (tried at 4 on 2026-12-04: one short run
-    better, the full phase worse, bench/last_run/README.md)."""
+    """gunicorn serving the gateway on a free port: (process, port, its env). `gateway_workers()` sync
+    workers (2 unless BENCH_GATEWAY_WORKERS says), or with BENCH_GATEWAY_THREADS=N > 1 gthread workers
+    x N threads (tried at 4 on 2026-12-04: one short run better, the full phase worse,
+    bench/last_run/README.md)."""
     port = free_port()
     env = child_env(DATABASE_URL=db_url(database), ALLOWED_HOSTS="127.0.0.1,localhost")
     threads = int(os.environ.get("BENCH_GATEWAY_THREADS", "1"))
@@ -273,11 +285,7 @@ def gateway(args: argparse.Namespace, database: str, seeded: dict[str, Any], ups
 
             say(PHASE, f"{label}: warm-up 1 s at {rate:.0f}/s, then {n} calls at {rate:.0f}/s -> {url}")
             open_loop(url, int(rate), rate, lambda i, h=headers: h(-1 - i))
-            with CpuAccount() as cpu:
-                out = open_loop(url, n, rate, headers, Ticker(PHASE))
-            result[label] = summary(label, out, n)
-            result[label]["cpu"] = cpu.summary(n, "call")
-            say(PHASE, f"{label}: {describe(result[label]['cpu'])}")
+            result[label] = measured_open_loop(label, url, n, rate, headers)
     finally:
         CHILDREN.stop(proc)
     result["added_p99_ms"] = result["gateway"]["p99_ms"] - result["direct"]["p99_ms"]

@@ -39,7 +39,7 @@ from bench import agentpay_bench
 from bench.agentpay_chain_reconcile import reconcile
 from bench.agentpay_chain_world import authorized_intent, buyers_of, seed, start_chain
 from bench.common import CHILDREN, Ticker, percentile, say
-from bench.cpu_accounting import CpuAccount, describe
+from bench.cpu_accounting import describe
 
 PHASE = "agentpay_chain"
 LIVE = ("submitted", "pending", "unknown")
@@ -88,11 +88,8 @@ def issuance(args: argparse.Namespace, database: str, seeded: dict[str, Any], lo
 
         say(PHASE, f"402 issuance: warm-up 1 s at {rate:.0f}/s, then {n} unpaid calls at {rate:.0f}/s -> {url}")
         agentpay_bench.open_loop(url, int(rate), rate, lambda i: headers(-1 - i))
-        with CpuAccount() as cpu:
-            out = agentpay_bench.open_loop(url, n, rate, headers, Ticker(PHASE))
-        result.update(agentpay_bench.summary("402 issuance", out, n, phase=PHASE, ok_status=402))
-        result["cpu"] = cpu.summary(n, "402")
-        say(PHASE, f"402 issuance: {describe(result['cpu'])}")
+        result.update(agentpay_bench.measured_open_loop("402 issuance", url, n, rate, headers, phase=PHASE,
+                                                        ok_status=402, unit="402"))
     finally:
         CHILDREN.stop(proc)
     profile = out_dir / "agentpay_chain_402_profile.txt"

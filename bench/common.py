@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -149,7 +149,7 @@ CHILDREN = Children()
 
 
 @contextlib.contextmanager
-def without_collector_pauses():  # noqa: ANN201
+def without_collector_pauses() -> Iterator[None]:
     """A load generator's timed run with Python's cyclic collector off. Its heap holds every
     request's coroutine from the start (asyncio.gather), and a full collection in it (10-20 ms on
     the 2026-12-04 machine, seen in the 402 run with gc.callbacks) stalled the event loop: every

@@ -2,6 +2,7 @@
 signed before the timed window, with its due time as the signature's timestamp, and the client's
 own CPU time and lateness come back with the results."""
 
+import gc
 import hashlib
 import hmac
 import threading
@@ -10,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from bench.common import without_collector_pauses
 from bench.loadgen import open_loop, sign
 
 SECRET = "whsec_loadgen_test"
@@ -66,10 +68,6 @@ def test_open_loop_sends_bodies_signed_before_the_window_with_their_due_time(mon
 
 
 def test_the_collector_is_off_during_a_timed_run_and_back_on_after():
-    import gc
-
-    from bench.common import without_collector_pauses
-
     assert gc.isenabled()
     with without_collector_pauses():
         assert not gc.isenabled()
