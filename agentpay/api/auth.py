@@ -73,7 +73,7 @@ class TenantApiKeyAuthentication(BaseAuthentication):
         front = front_read(key_digest(raw), slug)
         key = front.key
         if slug is not None:
-            request._request.agentpay_front = (slug, front.route)
+            request._request.agentpay_front = (slug, front.route, front.wallet)
         if key is None:
             raise exceptions.AuthenticationFailed("The API key is not valid or was revoked.")
         now = trusted_now()

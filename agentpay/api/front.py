@@ -1,10 +1,13 @@
-"""The gateway's front read: the API key (by its digest), its tenant, and the priced route named
-in the URL with its chain network, in one statement on PostgreSQL.
+"""The gateway's front read: the API key (by its digest), its tenant, the priced route named in
+the URL with its chain network, and the tenant's wallet in the route's currency, in one statement
+on PostgreSQL.
 
 Every priced call needs all four before it can do anything, and through the ORM that is two
 queries (the key with its tenant, the route with its network), each compiled on every request:
 about a quarter of a 402's CPU. Nothing is cached across requests: a revoked key, a price or a
-route changed is seen by the next request.
+route changed is seen by the next request. The wallet is read without a lock: a wallet call's
+open checks its hold on it and writes it guarded, so the row as it is decides
+(agentpay.services.open_writes).
 
 The columns are the models' own (`_meta.concrete_fields`), the instances are built as the ORM
 builds them (`Model.from_db`), with the tenant cached on the key and the network on the route.
@@ -24,7 +27,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 from django.db.models.expressions import Col
 
-from agentpay.models import ChainNetwork, PricedRoute, Tenant, TenantApiKey
+from agentpay.models import AccountKind, ChainNetwork, LedgerAccount, PricedRoute, Tenant, TenantApiKey
 
 # False: the ORM's two queries on PostgreSQL too (the test that compares both paths sets it).
 ONE_STATEMENT = True
@@ -35,11 +38,12 @@ MAX_SLUG = 64  # PricedRoute.slug's max_length: a longer one names no route
 class Front:
     key: TenantApiKey | None  # a live key (not revoked) with its tenant; None: no such key
     route: PricedRoute | None  # the active route of that slug, with its network; None: none (or not asked)
+    wallet: LedgerAccount | None = None  # the tenant's wallet in the route's currency, read unlocked
 
 
 def front_read(key_hash: str, slug: str | None) -> Front:
     """The live key of `key_hash` with its tenant and, when `slug` is given and the key is live,
-    the active route of `slug` with its network."""
+    the active route of `slug` with its network and the tenant's wallet in its currency."""
     db = connections[DEFAULT_DB_ALIAS]
     if slug is None or db.vendor != "postgresql" or not ONE_STATEMENT:
         return _read_orm(key_hash, slug)
@@ -51,11 +55,11 @@ def front_read(key_hash: str, slug: str | None) -> Front:
     if row is None:
         return Front(None, None)
     values = iter(row)
-    key, tenant, route, network = (_built(db, model, values) for model in _MODELS)
+    key, tenant, route, network, wallet = (_built(db, model, values) for model in _MODELS)
     key.tenant = tenant
     if route is not None:
         route.network = network
-    return Front(key, route)
+    return Front(key, route, wallet)
 
 
 def _key_orm(key_hash: str) -> TenantApiKey | None:
@@ -66,10 +70,13 @@ def _read_orm(key_hash: str, slug: str | None) -> Front:
     key = _key_orm(key_hash)
     if key is None or slug is None or len(slug) > MAX_SLUG:
         return Front(key, None)
-    return Front(key, PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first())
+    route = PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first()
+    wallet = None if route is None else LedgerAccount.objects.filter(
+        kind=AccountKind.WALLET, tenant_id=key.tenant_id, currency=route.currency).first()
+    return Front(key, route, wallet)
 
 
-_MODELS: tuple[type[Model], ...] = (TenantApiKey, Tenant, PricedRoute, ChainNetwork)
+_MODELS: tuple[type[Model], ...] = (TenantApiKey, Tenant, PricedRoute, ChainNetwork, LedgerAccount)
 
 
 def _built(db: BaseDatabaseWrapper, model: type[Model], values: Iterator[object]) -> Model | None:
@@ -106,8 +113,9 @@ def _layout(alias: str, model: type[Model]) -> Layout:
 
 @cache
 def _statement() -> str:
-    """SELECT key, tenant, route, network (each model's concrete columns, in order); the route and
-    network LEFT JOINed so a live key with no such route is still one row. Parameters: slug, digest."""
+    """SELECT key, tenant, route, network, wallet (each model's concrete columns, in order); the
+    route, network and wallet LEFT JOINed so a live key with no such route is still one row.
+    Parameters: slug, digest."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
 
     def columns(alias: str, model: type[Model]) -> str:
@@ -120,10 +128,14 @@ def _statement() -> str:
         return qn(model._meta.get_field(name).column)
 
     return (f"SELECT {columns('k', TenantApiKey)}, {columns('t', Tenant)}, {columns('r', PricedRoute)}, "
-            f"{columns('n', ChainNetwork)} "
+            f"{columns('n', ChainNetwork)}, {columns('w', LedgerAccount)} "
             f"FROM {table(TenantApiKey)} k "
             f"JOIN {table(Tenant)} t ON t.{column(Tenant, 'id')} = k.{column(TenantApiKey, 'tenant')} "
             f"LEFT JOIN {table(PricedRoute)} r ON r.{column(PricedRoute, 'slug')} = %s "
             f"AND r.{column(PricedRoute, 'active')} "
             f"LEFT JOIN {table(ChainNetwork)} n ON n.{column(ChainNetwork, 'id')} = r.{column(PricedRoute, 'network')} "
+            # A literal kind: the one-wallet-per-(tenant, currency) index is partial on it.
+            f"LEFT JOIN {table(LedgerAccount)} w ON w.{column(LedgerAccount, 'tenant')} = t.{column(Tenant, 'id')} "
+            f"AND w.{column(LedgerAccount, 'currency')} = r.{column(PricedRoute, 'currency')} "
+            f"AND w.{column(LedgerAccount, 'kind')} = '{AccountKind.WALLET.value}' "
             f"WHERE k.{column(TenantApiKey, 'key_hash')} = %s AND k.{column(TenantApiKey, 'revoked_at')} IS NULL")

@@ -153,8 +153,9 @@ class RouteCallView(_AgentPayView):
     def _call(self, request: Request, slug: str, subpath: str) -> HttpResponse:
         tenant = request.user.tenant
         front = getattr(request._request, "agentpay_front", None)  # read with the API key (auth.py)
+        wallet_read = None
         if front is not None and front[0] == slug:
-            priced = front[1]
+            priced, wallet_read = front[1], front[2]
         else:  # the network with it: _check_call and the challenge read it
             priced = (PricedRoute.objects.select_related("network").filter(slug=slug, active=True).first()
                       if len(slug) <= MAX_SLUG else None)
@@ -194,7 +195,8 @@ class RouteCallView(_AgentPayView):
             log = None
         opened = intent_open(tenant=tenant, route=priced, rail=rail, idempotency_key=key, digest=digest,
                              forward_path=subpath, forward_query=query, content_type=content_type, body=request.body,
-                             request_id=request_id, now=now, steps=steps, lease=lease, log=log)
+                             request_id=request_id, now=now, steps=steps, lease=lease, log=log,
+                             wallet_read=wallet_read)
         intent = opened.intent
         request._request.agentpay_intent = intent
         if log is not None:
@@ -219,7 +221,8 @@ class RouteCallView(_AgentPayView):
         try:
             driven = intent_drive_wallet(intent=intent, cause=Cause.request(request_id, tenant.tenant_id),
                                          access=access, request_id=request_id, just_opened=opened.created,
-                                         opened_lines=opened.lines, release_lease=True)
+                                         opened_lines=opened.lines, opened_settlement=opened.settlement,
+                                         release_lease=True)
             released = driven.lease_released
         finally:
             if not released:

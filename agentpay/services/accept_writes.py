@@ -55,6 +55,9 @@ class AcceptWrites:
     # A capture's or release's transfer (unsaved, ledger_capture/ledger_release with write=False):
     # written with the generation, its pk left None when the hold was resolved already.
     resolution: Transfer | None = None
+    # True: a hold resolved already fails the statement on its unique index (IntegrityError, nothing
+    # written) instead of the resolution being skipped: for a statement that commits on its own.
+    exclusive_resolution: bool = False
 
 
 def one_statement() -> bool:
@@ -85,7 +88,8 @@ def accept_write(writes: AcceptWrites) -> bool:
     kind = "" if resolution is None else resolution.kind
     if resolution is not None:
         params += resolution_params(resolution)
-    sql = _statement(intent_names, settlement_names, fulfillment_names, len(writes.receipts), kind)
+    sql = _statement(intent_names, settlement_names, fulfillment_names, len(writes.receipts), kind,
+                     writes.exclusive_resolution)
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
@@ -122,11 +126,12 @@ def _write_orm(writes: AcceptWrites) -> bool:
 
 @cache
 def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...], fulfillment_names: tuple[str, ...],
-               receipts: int, resolution: str = "") -> str:
+               receipts: int, resolution: str = "", exclusive: bool = False) -> str:
     """The intent's compare-and-set, the lines' UPDATEs that have fields, `receipts` receipts,
     the outbox row and, when `resolution` (a transfer kind), the hold's resolution with both
     accounts' totals; selects the receipts' ids and the outbox row's (then the resolution's id
-    and how many credit accounts moved), no row when the CAS failed."""
+    and how many credit accounts moved), no row when the CAS failed. `exclusive`: the resolution's
+    INSERT without ON CONFLICT (ledger_writes.resolution_ctes)."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
 
     def sets(model: type[Model], names: tuple[str, ...]) -> str:
@@ -163,6 +168,6 @@ def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...],
     if resolution:
         # Last, from `i`: the ledger's locks (the hold's index entry, the wallet, the system
         # account) are taken after the intent's rows, in the ledger's order (ledger_writes).
-        ctes.append(resolution_ctes(resolution == TransferKind.POST_PENDING, "i"))
+        ctes.append(resolution_ctes(resolution == TransferKind.POST_PENDING, "i", skip_resolved=not exclusive))
         selected += ["(SELECT id FROM t)", "(SELECT count(*) FROM c)"]
     return f"WITH {', '.join(ctes)} SELECT {', '.join(selected)} FROM {', '.join(names)}"

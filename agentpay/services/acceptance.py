@@ -9,7 +9,18 @@ writes one receipt per step and an outbox row. A refusal rolls all of it back an
 in its own transaction as a refusal receipt. Nothing here touches the network.
 
 Several steps may be asked at once (an upstream 2xx is `upstream_2xx`, `capture`,
-`settlement_confirmed`): they are accepted together or not at all. `intent_accept_event` takes
+`settlement_confirmed`): they are accepted together or not at all.
+
+A caller that holds the rows as it wrote them (`Known`: the gateway's request, which opened the
+intent a moment ago and then called the upstream) may have them decided on without the lock
+read: the same checks and effects on those rows, then the generation's one statement on its own
+(autocommit), whose compare-and-set on the generation the rows were written at is the guard.
+Every change to any of the three lines moves the generation, so an unchanged generation means
+the rows are as known. The statement's UPDATEs lock intent → settlement → fulfillment → wallet
+in the same order as the lock read, and the hold's resolution is a plain INSERT: a hold resolved
+already fails the statement on its unique index, and nothing of it is written. Anything else
+(another generation, a refusal, that failure, a deadlock) goes the locked way, which decides
+again on the rows as they are and records a refusal. `intent_accept_event` takes
 one (intent id, line, event, data), the shape a conformance-vector runner drives.
 """
 
@@ -20,16 +31,18 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db import OperationalError, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 
 from agentpay.bridge import trusted_now
 from agentpay.composite import INVARIANT_VIOLATION, display_status_or_violation
 from agentpay.models import (
     Fulfillment,
     IntentReceipt,
+    LedgerAccount,
     OutboxMessage,
     PaymentIntent,
     Settlement,
@@ -39,7 +52,16 @@ from agentpay.services.accept_writes import one_statement as accept_writes_one_s
 from agentpay.services.effects import EFFECTS, EffectContext
 from agentpay.services.locking import lock_intent
 from agentpay.services.results import Cause, Outcome, Refusal, Step
-from agentpay.states import INTENT, MANUAL_INTENT_EVENTS, TRANSITIONS, Lines, step_verdict
+from agentpay.states import (
+    FULFILLMENT,
+    INTENT,
+    MANUAL_INTENT_EVENTS,
+    SETTLEMENT,
+    TRANSITIONS,
+    WALLET,
+    Lines,
+    step_verdict,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,14 +77,38 @@ def intent_accept_event(intent_id: str, line: str, event: str, data: dict[str, A
                          cause=cause or Cause.system("accept_event"), expect_generation=expect_generation, now=now)
 
 
+@dataclass(frozen=True)
+class Known:
+    """An intent's rows as this process wrote them (the settlement with its hold): decided on
+    without the lock read, the generation they were written at compared-and-set (the module's
+    docstring). They are changed in memory as the steps are decided, whichever way it ends."""
+    intent: PaymentIntent
+    settlement: Settlement
+    fulfillment: Fulfillment
+
+
+# The steps decided on known rows: the upstream's answer on the wallet rail, with the capture or
+# release it asks. Their effects read only the rows and write nothing of their own (a resolution
+# is deferred to the generation's statement); none reads the wallet's balance.
+DECIDED_ON_KNOWN_ROWS = frozenset({
+    (FULFILLMENT, "upstream_2xx"), (FULFILLMENT, "upstream_4xx"), (FULFILLMENT, "upstream_5xx"),
+    (FULFILLMENT, "upstream_timeout"), (SETTLEMENT, "capture"), (SETTLEMENT, "release"),
+    (INTENT, "settlement_confirmed"), (INTENT, "settlement_released")})
+
+
 def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect_generation: int | None = None,
-                  now: datetime | None = None, release_lease: bool = False) -> Outcome:
+                  now: datetime | None = None, release_lease: bool = False, known: Known | None = None) -> Outcome:
     """Accept all of `steps` or none. Never raises for a refusal; raises LookupError for an
     intent that does not exist. `release_lease`: an accepted generation also clears the
-    processing lease (the request holding it is done with the intent)."""
+    processing lease (the request holding it is done with the intent). `known`: the intent's
+    rows as the caller wrote them, tried first without the lock read (the module's docstring)."""
     if not steps:
         raise ValueError("no steps to accept")
     now = now or trusted_now()
+    if known is not None and _decidable_on_known_rows(known, steps, cause, expect_generation):
+        outcome = _accept_known(known, list(steps), cause, now, release_lease)
+        if outcome is not None:
+            return outcome
 
     def decide() -> Outcome:
         try:
@@ -99,10 +145,43 @@ def _check_person(step: Step, cause: Cause) -> None:
         raise Refusal("REASON_AND_TICKET_REQUIRED", "a manual resolution needs a reason and a ticket", step)
 
 
+def _decidable_on_known_rows(known: Known, steps: Sequence[Step], cause: Cause,
+                             expect_generation: int | None) -> bool:
+    return (known.intent.rail == WALLET and expect_generation is None and known.intent.pk is not None
+            and known.settlement.hold is not None and accept_writes_one_statement()
+            and not connection.in_atomic_block  # its statement commits on its own
+            and all((step.line, step.event) in DECIDED_ON_KNOWN_ROWS and not _is_manual(step, cause)
+                    for step in steps))
+
+
+def _accept_known(known: Known, steps: list[Step], cause: Cause, now: datetime,
+                  release_lease: bool) -> Outcome | None:
+    """The steps decided on `known` and written by the generation's statement alone; None when
+    that cannot be (the locked way decides then, nothing having been written)."""
+    try:
+        return _decide(known.intent, known.settlement, known.fulfillment, None, steps, cause, None, now,
+                       release_lease, exclusive_resolution=True)
+    except (Refusal, IntegrityError):  # a refusal, another generation, a hold resolved already
+        return None
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "40P01":  # a deadlock victim wrote nothing
+            return None
+        raise
+
+
 def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_generation: int | None,
                    now: datetime, release_lease: bool = False) -> Outcome:
     intent, settlement, fulfillment, wallet = lock_intent(
         intent_id, wallet=any((step.line, step.event) in WALLET_READERS for step in steps))
+    return _decide(intent, settlement, fulfillment, wallet, steps, cause, expect_generation, now, release_lease)
+
+
+def _decide(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfillment, wallet: LedgerAccount | None,
+            steps: list[Step], cause: Cause, expect_generation: int | None, now: datetime, release_lease: bool,
+            exclusive_resolution: bool = False) -> Outcome:
+    """The steps checked and applied to these rows (locked, or known), and the generation written;
+    raises Refusal. `exclusive_resolution`: a hold resolved already fails the statement
+    (IntegrityError) instead of skipping the resolution."""
     generation = intent.generation
     if expect_generation is not None and expect_generation != generation:
         raise Refusal("STALE_GENERATION", f"expected generation {expect_generation}, found {generation}", steps[0])
@@ -148,7 +227,7 @@ def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_gener
         settlement_fields=line_fields["settlement"], fulfillment=fulfillment,
         fulfillment_fields=line_fields["fulfillment"], receipts=receipts,
         outbox=outbox_message(intent, lines, [step for step, _, _ in applied], cause, now),
-        resolution=ctx.resolution))
+        resolution=ctx.resolution, exclusive_resolution=exclusive_resolution))
     if not written:
         raise Refusal("STALE_GENERATION", "the intent changed while this step was applied", steps[0])
     if ctx.resolution is not None and ctx.resolution.pk is None:  # raised out of the transaction: all rolled back

@@ -2,7 +2,9 @@
 
 Each effect runs inside the acceptance transaction with the intent, settlement, fulfillment and
 wallet rows locked, and may refuse (a guard that needs the database: the balance, a deadline,
-the clock). A refusal rolls back every step of the call.
+the clock). A refusal rolls back every step of the call. Two callers run effects on rows they
+hold unlocked, each writing only through one statement that is guarded: the open's hold
+(open_writes) and the upstream's answer on the rows as opened (acceptance.Known).
 """
 
 from __future__ import annotations

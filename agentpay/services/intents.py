@@ -22,6 +22,7 @@ from django.db.models import Q
 from agentpay.models import (
     Fulfillment,
     GatewayRequest,
+    LedgerAccount,
     PaymentIntent,
     PricedRoute,
     Settlement,
@@ -30,8 +31,14 @@ from agentpay.models import (
 from agentpay.services import open_writes
 from agentpay.services.acceptance import WALLET_READERS, accepted_receipt, outbox_message
 from agentpay.services.effects import EFFECTS, EffectContext
-from agentpay.services.ledger import StaleSystemAccount, forget_system_ids
-from agentpay.services.open_writes import OpenWrites, open_insert_locking_wallet, open_is_one_statement, open_write
+from agentpay.services.ledger import StaleSystemAccount, forget_system_ids, hold_deferrable
+from agentpay.services.open_writes import (
+    OpenWrites,
+    WalletGuardRefused,
+    open_insert_locking_wallet,
+    open_is_one_statement,
+    open_write,
+)
 from agentpay.services.results import Cause, Refusal, Step
 from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, TRANSITIONS, WALLET, Lines, step_verdict
 
@@ -51,7 +58,7 @@ class Opened:
     created: bool
     lines: Lines | None = None  # of an intent this request inserted: the lines its steps on open left
     logged: bool = False  # the request's log row (`log`) was written with the intent
-
+    settlement: Settlement | None = None  # of an intent this request inserted, as written (its hold on it)
 
 
 def lease_for(route: PricedRoute) -> timedelta:
@@ -78,7 +85,7 @@ class _NotOnOpen(Exception):
 def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_key: str, digest: str,
                 forward_path: str, forward_query: str, content_type: str, body: bytes, request_id: uuid.UUID,
                 now: datetime, steps: Sequence[Step] = (), lease: bool = True,
-                log: GatewayRequest | None = None) -> Opened:
+                log: GatewayRequest | None = None, wallet_read: LedgerAccount | None = None) -> Opened:
     """Insert the intent for (tenant, key), or find the one that holds the key already.
 
     `steps` (of ON_OPEN; the caller found no policy refusal): accepted in the open's own
@@ -93,6 +100,9 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
     (a 402 is the whole answer), so no lease is taken and none is released. `log`: the request's
     row (unsaved; agentpay.api.request_log), written with the intent it opens (`logged`), in the
     same statement when the open is one; not written when the key finds an intent already.
+    `wallet_read`: the tenant's wallet as read without a lock (the gateway's front read). A hold on
+    it is checked on what was read and written in the open's one statement only while the wallet
+    still is what the hold needs (open_writes: guarded); otherwise the open goes on as without it.
     """
     cause = Cause.request(request_id, tenant.tenant_id)
     intent = PaymentIntent(
@@ -117,19 +127,21 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
     # An open that is one statement (open_writes) commits on its own in autocommit: no BEGIN and
     # COMMIT round trips around it (the 402's whole write). Inside a caller's transaction (a
     # test's), a savepoint as before, so a taken key leaves that transaction usable.
-    alone = open_is_one_statement() and all((step.line, step.event) in DEFERRABLE for step, _, _ in applied)
+    guarded = _guarded_hold(intent, applied, wallet_read)
+    deferrable = all((step.line, step.event) in DEFERRABLE for step, _, _ in applied)
+    alone = open_is_one_statement() and (guarded or deferrable)
     try:
         with nullcontext() if alone and not transaction.get_connection().in_atomic_block \
                 else transaction.atomic(durable=True):
-            _insert(intent, initial, lines, applied, cause, now, log)
-        return Opened(intent, True, lines, logged=log is not None)
+            settlement = _insert(intent, initial, lines, applied, cause, now, log, wallet_read if guarded else None)
+        return Opened(intent, True, lines, logged=log is not None, settlement=settlement)
     except StaleSystemAccount:
         # The hold's cached system account id is stale (the open rolled back): looked up again.
         forget_system_ids()
         return intent_open(tenant=tenant, route=route, rail=rail, idempotency_key=idempotency_key, digest=digest,
                            forward_path=forward_path, forward_query=forward_query, content_type=content_type,
                            body=body, request_id=request_id, now=now, steps=steps, lease=lease, log=log)
-    except _NotOnOpen:
+    except (_NotOnOpen, WalletGuardRefused):
         return intent_open(tenant=tenant, route=route, rail=rail, idempotency_key=idempotency_key, digest=digest,
                            forward_path=forward_path, forward_query=forward_query, content_type=content_type,
                            body=body, request_id=request_id, now=now, lease=lease, log=log)
@@ -141,18 +153,31 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
         return Opened(existing, False)
 
 
+def _guarded_hold(intent: PaymentIntent, applied: list[tuple[Step, str, str]],
+                  wallet_read: LedgerAccount | None) -> bool:
+    """Whether the open's hold is checked on `wallet_read` and written guarded (open_writes)."""
+    return (wallet_read is not None and intent.rail == WALLET and open_is_one_statement()
+            and any((step.line, step.event) in WALLET_READERS for step, _, _ in applied)
+            and wallet_read.tenant_id == intent.tenant_id and wallet_read.currency == intent.currency
+            and hold_deferrable(wallet_read))
+
+
 def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[tuple[Step, str, str]], cause: Cause,
-            now: datetime, log: GatewayRequest | None) -> None:
+            now: datetime, log: GatewayRequest | None, guarded_on: LedgerAccount | None) -> Settlement:
     # An open whose steps write no row before the intent's (the challenge: DEFERRABLE) is one
-    # statement on PostgreSQL (open_writes); the wallet's hold writes the ledger, citing the
-    # intent, so that open inserts the intent first (and locks the wallet after it, as the
-    # acceptance orders its locks), then the hold and the rest in one statement.
+    # statement on PostgreSQL (open_writes). So is a wallet's hold checked on the wallet as read
+    # (`guarded`): the statement moves the wallet's totals after the intent's INSERT only while the
+    # wallet still takes the hold, and writes nothing at all when it does not. Without a wallet
+    # read (or a cached system account) the open inserts the intent first and locks the wallet
+    # after it, then writes the hold and the rest in one statement: either way the intent's key,
+    # then the wallet, then the system account.
     deferred = all((step.line, step.event) in DEFERRABLE for step, _, _ in applied)
-    wallet = None
+    holds = any((step.line, step.event) in WALLET_READERS for step, _, _ in applied) and intent.rail == WALLET
+    guarded, wallet = guarded_on is not None, guarded_on
     # The intent in the lines it leaves; in memory it walks them with the steps.
-    if any((step.line, step.event) in WALLET_READERS for step, _, _ in applied) and intent.rail == WALLET:
+    if holds and not guarded:
         wallet = open_insert_locking_wallet(intent)
-    elif not deferred:
+    elif not (deferred or guarded):
         intent.save(force_insert=True)
     settlement = Settlement(intent=intent, rail=intent.rail, created_at=now, state_changed_at=now)
     fulfillment = Fulfillment(intent=intent, state_changed_at=now)
@@ -160,8 +185,8 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
     intent.state = initial.intent
     # The hold (when its system account's id is cached) is written with the rest of the rows.
     ctx = EffectContext(intent=intent, settlement=settlement, fulfillment=fulfillment, wallet=wallet, cause=cause,
-                        now=now, deferred=[] if deferred else None,
-                        defer_hold=open_writes.ONE_STATEMENT and not intent._state.adding)
+                        now=now, deferred=[] if deferred or guarded else None,
+                        defer_hold=open_writes.ONE_STATEMENT and (guarded or not intent._state.adding))
     for step, _, to_state in applied:
         effect = EFFECTS.get((step.line, step.event))
         if effect is not None:
@@ -171,7 +196,8 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
                 raise _NotOnOpen(refusal.code) from None
         rows[step.line].state = to_state
     unstamped = {name: value for name, value in ctx.intent_fields.items() if getattr(intent, name) != value}
-    if unstamped and not deferred:  # an effect set a field the insert could not know (none of ON_OPEN's does today)
+    # An effect set a field the insert could not know (none of ON_OPEN's does today).
+    if unstamped and not (deferred or guarded):
         PaymentIntent.objects.filter(pk=intent.pk).update(**unstamped)
     for name, value in unstamped.items():
         setattr(intent, name, value)
@@ -189,6 +215,7 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
     open_write(OpenWrites(intent=intent, settlement=settlement, fulfillment=fulfillment,
                           children=[*(ctx.deferred or []), *([log] if log is not None else [])], receipts=receipts,
                           outbox=outbox, hold=hold))
+    return settlement
 
 
 def intent_claim_lease(*, intent: PaymentIntent, now: datetime) -> bool:

@@ -86,6 +86,13 @@ def _move_system(kind: str, currency: str, shard: int, **deltas: int) -> int:
     return account_id
 
 
+def hold_deferrable(wallet: LedgerAccount) -> bool:
+    """Whether ledger_hold(write=False) on `wallet` makes its hold unsaved, for the caller's statement
+    (its revenue account's id is cached in this process)."""
+    revenue = (AccountKind.REVENUE, wallet.currency, system_shard(wallet.pk))
+    return ledger_writes.one_statement() and revenue in _SYSTEM_IDS
+
+
 def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, actor: str,
                 now: datetime, write: bool = True) -> Transfer:
     """A pending transfer wallet → revenue (`hld_…`). `wallet` must be locked by the caller.
@@ -104,6 +111,8 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
         created_at=now, reason=f"hold for {intent.intent_id}")
     if revenue_id is not None and ledger_writes.one_statement() and (not write or hold_write(hold)):
         return hold
+    if intent._state.adding:  # a guarded open's (open_writes): its id forgotten since it was checked
+        raise StaleSystemAccount(f"no cached {AccountKind.REVENUE} {wallet.currency} account id for shard {shard}")
     # Through the ORM (the embedded demo), or the first hold on a revenue shard this process has
     # not seen (its id is looked up, and the account made if there is none yet).
     with transaction.atomic(savepoint=False):

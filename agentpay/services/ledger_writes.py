@@ -26,7 +26,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from agentpay.bridge import insert_fields, insert_params, mark_saved
-from agentpay.models import LedgerAccount, Transfer, TransferKind
+from agentpay.models import AccountKind, LedgerAccount, Transfer, TransferKind
 
 # False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
 ONE_STATEMENT = True
@@ -89,6 +89,40 @@ def hold_ctes(name: str = "t") -> str:
             f"SELECT {', '.join(['%s'] * len(fields))} FROM d RETURNING id)")
 
 
+def guarded_hold_params(hold: Transfer, tenant_id: int) -> list[Any]:
+    """`guarded_hold_ctes`'s parameters, in its order."""
+    return [hold.credit_account_id, hold.amount, hold.debit_account_id, AccountKind.WALLET.value, tenant_id,
+            hold.currency, hold.amount, hold.amount, hold.credit_account_id]
+
+
+# What `g` of guarded_hold_ctes fails its statement with (a DataError saying it), nothing written.
+STALE_SYSTEM_ACCOUNT = "agentpay: no such system account (a stale cached id)"
+WALLET_REFUSED_HOLD = "agentpay: the wallet did not take the hold"
+
+
+@cache
+def guarded_hold_ctes(source: str) -> str:
+    """The CTEs s (the system account's id, read: a cached id that names no account any more
+    finds none), d (the wallet's pending debits, from s and `source`, moved only while the row is
+    the tenant's unfrozen wallet in the hold's currency with the amount available: the checks the
+    hold's effect made on the wallet as read, again on the row as it is, locked), c (the system
+    account's pending credits, from d: the wallet first, the system account after it, the ledger's
+    order) and g, one row once both moved. When either moved none, g fails the statement (its
+    CASE cast to an integer: STALE_SYSTEM_ACCOUNT or WALLET_REFUSED_HOLD), so every row that
+    selects from g is written only with the hold, and the statement writes nothing at all."""
+    qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    account = qn(LedgerAccount._meta.db_table)
+    return (f"s AS (SELECT a.id FROM {account} a WHERE a.id = %s), "
+            f'd AS (UPDATE {account} a SET "debits_pending" = a."debits_pending" + %s FROM s, {source} '
+            f'WHERE a.id = %s AND a."kind" = %s AND a."tenant_id" = %s AND a."currency" = %s AND NOT a."frozen" '
+            f'AND a."credits_posted" - a."debits_posted" - a."debits_pending" >= %s RETURNING a.id), '
+            f'c AS (UPDATE {account} a SET "credits_pending" = a."credits_pending" + %s FROM d WHERE a.id = %s '
+            f"RETURNING a.id), "
+            # The cast of a CASE is evaluated as the statement runs, never folded while it is planned.
+            f"g AS (SELECT CAST(CASE WHEN NOT EXISTS (SELECT 1 FROM s) THEN '{STALE_SYSTEM_ACCOUNT}' "
+            f"WHEN NOT EXISTS (SELECT 1 FROM c) THEN '{WALLET_REFUSED_HOLD}' ELSE '1' END AS integer) AS ok)")
+
+
 @cache
 def _hold_statement() -> str:
     return f"WITH {hold_ctes()} SELECT (SELECT id FROM t)"
@@ -101,8 +135,9 @@ def resolution_params(resolution: Transfer) -> list[Any]:
 
 
 @cache
-def resolution_ctes(post: bool, source: str = "") -> str:
-    """The CTEs t (the resolving transfer's INSERT, skipped when the hold is resolved already), d
+def resolution_ctes(post: bool, source: str = "", skip_resolved: bool = True) -> str:
+    """The CTEs t (the resolving transfer's INSERT, skipped when the hold is resolved already, or
+    failing the statement on the unique index when not `skip_resolved`), d
     (the debit account's totals) and c (the credit account's), each from the one before;
     `source`: a CTE the INSERT selects from, so it writes nothing when that one has no row (the
     acceptance's compare-and-set). Select `(SELECT id FROM t)` (NULL: already resolved) and
@@ -119,7 +154,8 @@ def resolution_ctes(post: bool, source: str = "") -> str:
     values = ", ".join(["%s"] * len(fields))
     return (f"t AS (INSERT INTO {transfer} ({', '.join(qn(f.column) for f in fields)}) "
             + (f"SELECT {values} FROM {source} " if source else f"VALUES ({values}) ")
-            + f"ON CONFLICT ({pending}) WHERE {pending} IS NOT NULL DO NOTHING RETURNING id, amount), "
+            + (f"ON CONFLICT ({pending}) WHERE {pending} IS NOT NULL DO NOTHING " if skip_resolved else "")
+            + "RETURNING id, amount), "
             f"d AS (UPDATE {account} a SET {moved('debits')} FROM t WHERE a.id = %s RETURNING t.id, t.amount), "
             f"c AS (UPDATE {account} a SET {moved('credits')} FROM d t WHERE a.id = %s RETURNING t.id)")
 

@@ -8,6 +8,18 @@ trip, in intent_open's transaction: every other row takes the intent's id from t
 INSERT. The receipts are chained (the second selects from the first's RETURNING), so they get
 their ids in the order the ORM's one INSERT gives them.
 
+A wallet call's open holds its amount on the tenant's wallet. Checked on the wallet as read
+without a lock (the gateway's front read), the hold is written `guarded`, in one statement
+committed alone: the intent's INSERT, then the wallet's pending debits moved only while the row
+still is that tenant's unfrozen wallet in the currency with the amount available, the system
+account's after it (ledger_writes.guarded_hold_ctes), and the rest. Every row after the intent's
+selects from `g`, which fails the statement when the wallet or the system account moved no row,
+so then nothing at all is written (WalletGuardRefused: the caller opens the intent plainly and
+the acceptance, with the wallet locked, refuses and records why; StaleSystemAccount). The locks
+come in the order every open takes them: the intent's key (an open of a key some request is
+opening or accepting waits for it holding nothing), then the wallet, then the system account.
+The wallet stays locked for the rest of the statement and its commit, not for a round trip.
+
 The columns and values are the models' own, as Django's INSERT would send them (each field's
 `pre_save` and database conversion), the house pattern of dunning/acceptance/settlement_writes.py.
 The embedded SQLite demo has no INSERT in a CTE: it saves through the ORM, the same rows
@@ -20,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DataError, connections
 from django.db.models import Model
 
 from agentpay.bridge import insert_fields as _fields
@@ -38,7 +50,14 @@ from agentpay.models import (
 )
 from agentpay.services.insert_values import insert_values
 from agentpay.services.ledger import StaleSystemAccount
-from agentpay.services.ledger_writes import hold_ctes, hold_params
+from agentpay.services.ledger_writes import (
+    STALE_SYSTEM_ACCOUNT,
+    WALLET_REFUSED_HOLD,
+    guarded_hold_ctes,
+    guarded_hold_params,
+    hold_ctes,
+    hold_params,
+)
 from agentpay.services.locking import WALLET_COLUMNS, wallet_load
 
 # False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
@@ -58,6 +77,10 @@ class OpenWrites:
     hold: Transfer | None = None
 
 
+class WalletGuardRefused(Exception):
+    """The wallet as read took the hold, the wallet as it is did not: nothing was written."""
+
+
 def open_is_one_statement() -> bool:
     """An open whose steps all defer their rows is written by one statement (open_write): the
     caller need not wrap it in a transaction."""
@@ -66,7 +89,8 @@ def open_is_one_statement() -> bool:
 
 def open_write(writes: OpenWrites) -> None:
     """Insert the intent (unless it is saved already) and its rows; sets their primary keys and
-    intent ids."""
+    intent ids. A hold with the intent not inserted yet is written guarded (the module's
+    docstring): WalletGuardRefused when the wallet did not take it."""
     db = connections[DEFAULT_DB_ALIAS]
     if db.vendor != "postgresql" or not ONE_STATEMENT:
         _write_orm(writes)
@@ -75,18 +99,27 @@ def open_write(writes: OpenWrites) -> None:
             *([writes.outbox] if writes.outbox is not None else [])]
     inserted = not writes.intent._state.adding
     hold = writes.hold
+    guarded = hold is not None and not inserted
     sql = _statement(tuple(type(row) for row in rows), inserted, hold is not None)
     # insert_values: Django's conversions, without its per-value calls where they change nothing.
-    params = [writes.intent.pk] if inserted else insert_values(db, writes.intent)
-    if hold is not None:
-        params += hold_params(hold)
+    if guarded:
+        params = [*insert_values(db, writes.intent), *guarded_hold_params(hold, writes.intent.tenant_id),
+                  *insert_values(db, hold, but="intent")]
+    else:
+        params = [writes.intent.pk] if inserted else insert_values(db, writes.intent)
+        if hold is not None:
+            params += hold_params(hold)
     for row in rows:
         values = insert_values(db, row, but="intent")
         if hold is not None and row is writes.settlement:
             del values[_SETTLEMENT_HOLD]  # the statement takes it from the hold's INSERT
         params += values
     with db.cursor() as cursor:
-        cursor.execute(sql, params)  # ~110 values: parsed once per shape (dunning.psycopg_cache)
+        try:
+            cursor.execute(sql, params)  # ~110 values: parsed once per shape (dunning.psycopg_cache)
+        except DataError as exc:  # `g` failed the statement: nothing was written
+            _raise_guard_refusal(exc, hold)
+            raise
         found = cursor.fetchone()
     if found is None:  # the hold's system account moved no row, so nothing cites it: roll back
         raise StaleSystemAccount(f"no system account {hold.credit_account_id if hold else '?'}")
@@ -94,11 +127,21 @@ def open_write(writes: OpenWrites) -> None:
     if hold is not None:
         hold_pk, *pks = pks
         _saved(db, hold, hold_pk)
+        hold.intent_id = intent_pk  # a guarded hold was made before the intent had an id
         writes.settlement.hold = hold  # its id, now the hold has one (and the hold stays cached)
     _saved(db, writes.intent, intent_pk)
     for row, pk in zip(rows, pks, strict=True):
         row.intent_id = intent_pk
         _saved(db, row, pk)
+
+
+def _raise_guard_refusal(exc: DataError, hold: Transfer | None) -> None:
+    """The refusal `g` raised (ledger_writes.GUARD_REFUSALS), if it was one."""
+    said = str(exc)
+    if hold is not None and STALE_SYSTEM_ACCOUNT in said:
+        raise StaleSystemAccount(f"no system account {hold.credit_account_id}") from None
+    if hold is not None and WALLET_REFUSED_HOLD in said:
+        raise WalletGuardRefused(f"wallet {hold.debit_account_id} did not take {hold.amount}") from None
 
 
 def open_insert_locking_wallet(intent: PaymentIntent) -> LedgerAccount | None:
@@ -160,22 +203,37 @@ def _statement(shape: tuple[type[Model], ...], inserted: bool = False, hold: boo
     already (the wallet's hold needed it first), its id is the first parameter. `hold`: the
     hold's CTEs (ledger_writes.hold_ctes, its INSERT named `h`) after the intent, the
     settlement's hold_id from `h`, and the hold's id selected after the intent's: no row at all
-    when the hold's system account moved none (the settlement selects from `h`)."""
+    when the hold's system account moved none (the settlement selects from `h`). `hold` with the
+    intent not `inserted`: guarded (the module's docstring): the intent's INSERT, then
+    ledger_writes.guarded_hold_ctes, and every other row from its `g`."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
 
+    guarded = hold and not inserted
+
     def insert(name: str, model: type[Model], source: str) -> str:
+        """`source`: the CTEs the row selects from, the intent's id from `i` (and `g`, guarded)."""
         fields = _fields(model, "intent" if source else "")
         columns = [qn(f.column) for f in fields] + ([qn(model._meta.get_field("intent").column)] if source else [])
         values = ["%s"] * len(fields) + ([f"i.{qn(PaymentIntent._meta.pk.column)}"] if source else [])
         if hold and model is Settlement:
             values[_SETTLEMENT_HOLD], source = "h.id", f"{source}, h"
+        if guarded and source:
+            source = f"{source}, g"
         return (f"{name} AS (INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) "
                 f"SELECT {', '.join(values)}{' FROM ' + source if source else ''} "
                 f"RETURNING {qn(model._meta.pk.column)} AS id)")
 
-    intent = f"i AS (SELECT %s AS {qn(PaymentIntent._meta.pk.column)})" if inserted else insert("i", PaymentIntent, "")
-    ctes, names, previous_receipt = [intent], ["i"], ""
-    if hold:
+    if inserted:
+        ctes = [f"i AS (SELECT %s AS {qn(PaymentIntent._meta.pk.column)})"]
+    elif guarded:
+        ctes = [insert("i", PaymentIntent, ""), guarded_hold_ctes("i")]
+    else:
+        ctes = [insert("i", PaymentIntent, "")]
+    names, previous_receipt = ["i"], ""
+    if guarded:
+        ctes.append(insert("h", Transfer, "i"))
+        names.append("h")
+    elif hold:
         ctes.append(hold_ctes("h"))
         names.append("h")
     for n, model in enumerate(shape):

@@ -20,8 +20,8 @@ from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Q, Value
 
 from agentpay.bridge import ApiAccess, trusted_now
-from agentpay.models import AccountKind, Fulfillment, PaymentIntent, Tenant, TenantStatus
-from agentpay.services.acceptance import intent_accept
+from agentpay.models import AccountKind, Fulfillment, PaymentIntent, Settlement, Tenant, TenantStatus
+from agentpay.services.acceptance import Known, intent_accept
 from agentpay.services.results import Cause, Outcome, Step
 from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, Lines
 from agentpay.upstream import UpstreamAnswer, upstream_forward
@@ -74,11 +74,13 @@ def _accept(intent: PaymentIntent, cause: Cause, *steps: Step) -> Outcome:
 
 def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAccess, request_id: uuid.UUID,
                         just_opened: bool = False, opened_lines: Lines | None = None,
-                        release_lease: bool = False) -> Driven:
+                        opened_settlement: Settlement | None = None, release_lease: bool = False) -> Driven:
     """`just_opened`: `intent` is the one `intent_open` inserted in this request (its fulfillment
     is cached on it, its lines are `opened_lines`, the initial ones when not given: authorized and
     held when it took authorize_and_hold on open, and dispatched too when it took open_steps: then
-    the upstream is called at once), so nothing is read back.
+    the upstream is called at once), so nothing is read back. `opened_settlement`: its settlement
+    as the open wrote it (with the hold): the upstream's answer is then decided on the rows as
+    written, without the lock read (acceptance.Known).
     `release_lease`: the upstream's answer is accepted with the request's processing lease cleared
     (one UPDATE fewer); `Driven.lease_released` says whether that happened."""
     last: Outcome | None = None
@@ -116,8 +118,9 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
         # This request's open took the hold and the dispatch and committed them (open_steps): the
         # upstream is this request's to call, once. A resumed intent in these lines is never sent
         # again (recovery's status query resolves it).
+        known = Known(intent, opened_settlement, fulfillment) if opened_settlement is not None else None
         return forward_and_accept(intent, cause, fulfillment.fulfillment_id, request_id, ANSWER_STEPS,
-                                  release_lease=release_lease)
+                                  release_lease=release_lease, known=known)
     if not (lines.intent == "authorized" and lines.settlement == "held" and lines.fulfillment == "not_started"):
         return Driven(last)
     # Its own acceptance, committed before the upstream is called: a request that dies between the
@@ -159,10 +162,11 @@ def _steps_to_hold(lines: Lines, intent: PaymentIntent) -> list[Step]:
 
 
 def forward_and_accept(intent: PaymentIntent, cause: Cause, fulfillment_id: str, request_id: uuid.UUID,
-                       answer_steps: dict[str, tuple[str, list[Step]]], *, release_lease: bool = False) -> Driven:
+                       answer_steps: dict[str, tuple[str, list[Step]]], *, release_lease: bool = False,
+                       known: Known | None = None) -> Driven:
     """The one call to the upstream, after `dispatch` committed (outside any transaction), and
     the acceptance of what it answered: the fulfillment's event and the rail's `answer_steps`
-    (with the processing lease cleared when `release_lease`)."""
+    (with the processing lease cleared when `release_lease`; on the `known` rows when given)."""
     answer = upstream_forward(route=intent.route, fulfillment_id=fulfillment_id, request_id=request_id,
                               path=intent.forward_path, query=intent.forward_query,
                               content_type=intent.forward_content_type, body=bytes(intent.forward_body))
@@ -171,5 +175,5 @@ def forward_and_accept(intent: PaymentIntent, cause: Cause, fulfillment_id: str,
     if answer.error:
         data["error"] = answer.error
     outcome = intent_accept(intent_id=intent.intent_id, steps=[Step("fulfillment", event, data), *then], cause=cause,
-                            now=trusted_now(), release_lease=release_lease)
+                            now=trusted_now(), release_lease=release_lease, known=known)
     return Driven(outcome, answer=answer, lease_released=release_lease and outcome.accepted)

@@ -103,11 +103,14 @@ def test_a_paid_call_locks_the_wallet_only_to_hold_and_never_writes_a_system_acc
         assert call("ok", key="measured").status_code == 200
     sql = [q["sql"] for q in captured.captured_queries]
     locks = [s for s in sql if "FOR UPDATE" in s]
-    wallet_locks = [s for s in locks if s.startswith('SELECT "agentpay_ledgeraccount"') or s.endswith((", w", " OF w"))]
-    assert len(wallet_locks) == 1  # the hold's, taken as the intent is opened; not the capture's
-    # The open's wallet lock (authorize + hold + dispatch on open), then the answer's acceptance's
-    # lock statement: no acceptance of its own for dispatch.
-    assert len(locks) == 2 and [s for s in locks if s.endswith("FOR UPDATE OF i, s, f")] == locks[1:]
+    assert not [s for s in locks if s.startswith('SELECT "agentpay_ledgeraccount"') or s.endswith((", w", " OF w"))]
+    # The wallet is locked by the open's one statement (authorize + hold + dispatch on open), its
+    # guarded UPDATE first (open_writes), and by the capture's UPDATE; the answer's acceptance takes
+    # its lock read here, inside the test's transaction (outside one it takes none:
+    # test_one_statement_paid_call). No acceptance of its own for dispatch.
+    opens = [s for s in sql if 'INSERT INTO "agentpay_paymentintent"' in s]
+    assert len(opens) == 1 and 'd AS (UPDATE "agentpay_ledgeraccount"' in opens[0]
+    assert len(locks) == 1 and locks[0].endswith("FOR UPDATE OF i, s, f")
     assert not [s for s in sql if s.startswith('INSERT INTO "agentpay_ledgeraccount"')]
     account_reads = [s for s in sql if s.startswith('SELECT "agentpay_ledgeraccount"."id"') and "FOR UPDATE" not in s]
     assert not account_reads  # no system account looked up

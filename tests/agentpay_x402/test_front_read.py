@@ -34,6 +34,7 @@ def _both(monkeypatch, digest: str, slug: str | None) -> tuple[front.Front, fron
 def _same(fast: front.Front, slow: front.Front) -> None:
     assert _values(fast.key) == _values(slow.key)
     assert _values(fast.route) == _values(slow.route)
+    assert _values(fast.wallet) == _values(slow.wallet)
     if slow.key is not None:
         assert _values(fast.key.tenant) == _values(slow.key.tenant)
         assert TenantApiKey.tenant.is_cached(fast.key)
