@@ -17,7 +17,10 @@ on-chain call that opens its intent challenged answers 402 payment-required and 
 (`request_log_expect`), so the open's one statement writes the row with that answer, its time
 and duration taken then, and no UPDATE follows. The middleware still compares: a response other
 than the expected one (the open fell back, the key found an intent, an exception) is written
-over it by the UPDATE, so every row ends with the answer the client got.
+over it by the UPDATE, so every row ends with the answer the client got. Likewise a wallet
+call whose upstream answered 2xx or 4xx is answered with that answer, relayed, once its capture
+or release is accepted: the acceptance's statement writes it into the row the open wrote
+(`request_log_answer`), and no UPDATE follows when that is the answer sent.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from django.http import HttpRequest, HttpResponse
 from agentpay.api.problems import problem
 from agentpay.bridge import desensitised_body, health_check_without_round_trip, trusted_now
 from agentpay.models import GatewayRequest
+from agentpay.services.results import RequestAnswer
 
 PREFIX = "/agentpay/"
 # A priced call: its row is written with the first thing it changes (the module's docstring).
@@ -154,3 +158,21 @@ def request_log_expect(request: HttpRequest, answer: tuple[int, str]) -> None:
     record.answered_at = trusted_now()
     record.duration_ms = int((time.monotonic() - request.agentpay_started) * 1000)
     request.agentpay_answer_written = answer
+
+
+def request_log_answer(request: HttpRequest, answer: tuple[int, str]) -> RequestAnswer | None:
+    """The answer (status, problem slug) the view will send if the acceptance it is about to ask
+    is accepted, for that acceptance to write into the request's row (written already, not yet
+    answered), answered now; None when there is no such row. The view then calls
+    `request_log_answered` with what the acceptance wrote."""
+    if not getattr(request, "agentpay_logged", False) or request.agentpay_answer_written is not None:
+        return None
+    return RequestAnswer(request_id=request.agentpay_request_id, status=answer[0], problem=answer[1],
+                         answered_at=trusted_now(),
+                         duration_ms=int((time.monotonic() - request.agentpay_started) * 1000))
+
+
+def request_log_answered(request: HttpRequest, written: RequestAnswer | None) -> None:
+    """The acceptance wrote `written` into the request's row: no UPDATE if it is the answer sent."""
+    if written is not None:
+        request.agentpay_answer_written = (written.status, written.problem)

@@ -19,7 +19,13 @@ from agentpay.api.auth import IsTenant, TenantApiKeyAuthentication
 from agentpay.api.front import MAX_SLUG
 from agentpay.api.onchain import onchain_call
 from agentpay.api.problems import agentpay_exception_handler, problem
-from agentpay.api.request_log import PAYMENT_REQUIRED_ANSWER, request_log_expect, request_log_write
+from agentpay.api.request_log import (
+    PAYMENT_REQUIRED_ANSWER,
+    request_log_answer,
+    request_log_answered,
+    request_log_expect,
+    request_log_write,
+)
 from agentpay.api.schema import COMPOSITE_VIEW, GATEWAY_ERRORS, PROBLEM, SETTLEMENT_IN_PROGRESS
 from agentpay.bridge import api_access_for, trusted_now
 from agentpay.composite import display_status_or_violation
@@ -27,7 +33,7 @@ from agentpay.models import PaymentIntent, PricedRoute
 from agentpay.selectors import intent_composite_view
 from agentpay.services.intents import intent_claim_lease, intent_open, intent_release_lease, request_digest
 from agentpay.services.onchain_authorize import onchain_policy_refusal
-from agentpay.services.results import Cause, Step
+from agentpay.services.results import Cause, RequestAnswer, Step
 from agentpay.services.wallet_flow import Driven, intent_drive_wallet, open_steps
 from agentpay.states import INTENT, INTENT_TERMINAL, ONCHAIN, WALLET
 from agentpay.upstream import UpstreamAnswer
@@ -218,12 +224,20 @@ class RouteCallView(_AgentPayView):
                                    intent_id=intent.intent_id, headers={"Retry-After": "1"})
                 return _replay(intent)
         released = False
+
+        def relayed(upstream: UpstreamAnswer) -> RequestAnswer | None:
+            # An accepted 2xx or 4xx is relayed as it came (_relayed): the row takes that answer.
+            if upstream.outcome not in ("2xx", "4xx") or upstream.status is None:
+                return None
+            return request_log_answer(request._request, (upstream.status, ""))
+
         try:
             driven = intent_drive_wallet(intent=intent, cause=Cause.request(request_id, tenant.tenant_id),
                                          access=access, request_id=request_id, just_opened=opened.created,
                                          opened_lines=opened.lines, opened_settlement=opened.settlement,
-                                         release_lease=True)
+                                         release_lease=True, answered=relayed)
             released = driven.lease_released
+            request_log_answered(request._request, driven.answer_logged)
         finally:
             if not released:
                 intent_release_lease(intent=intent)

@@ -33,9 +33,19 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 
 from agentpay.bridge import insert_fields, insert_params, mark_saved
-from agentpay.models import Fulfillment, IntentReceipt, OutboxMessage, PaymentIntent, Settlement, Transfer, TransferKind
+from agentpay.models import (
+    Fulfillment,
+    GatewayRequest,
+    IntentReceipt,
+    OutboxMessage,
+    PaymentIntent,
+    Settlement,
+    Transfer,
+    TransferKind,
+)
 from agentpay.services import ledger_writes
 from agentpay.services.ledger_writes import resolution_ctes, resolution_params
+from agentpay.services.results import RequestAnswer
 
 # False: the ORM's statements on PostgreSQL too (the test that compares both paths sets it).
 ONE_STATEMENT = True
@@ -58,6 +68,8 @@ class AcceptWrites:
     # True: a hold resolved already fails the statement on its unique index (IntegrityError, nothing
     # written) instead of the resolution being skipped: for a statement that commits on its own.
     exclusive_resolution: bool = False
+    # The request's row takes its answer in the same statement (only when the generation is written).
+    request_answer: RequestAnswer | None = None
 
 
 def one_statement() -> bool:
@@ -88,8 +100,12 @@ def accept_write(writes: AcceptWrites) -> bool:
     kind = "" if resolution is None else resolution.kind
     if resolution is not None:
         params += resolution_params(resolution)
+    answer = writes.request_answer
+    if answer is not None:
+        params += [_prep(db, GatewayRequest, name, getattr(answer, attribute)) for name, attribute in _ANSWERED]
+        params.append(_prep(db, GatewayRequest, "request_id", answer.request_id))
     sql = _statement(intent_names, settlement_names, fulfillment_names, len(writes.receipts), kind,
-                     writes.exclusive_resolution)
+                     writes.exclusive_resolution, answer is not None)
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
@@ -104,6 +120,11 @@ def accept_write(writes: AcceptWrites) -> bool:
     for row, pk in zip((*writes.receipts, writes.outbox), found, strict=True):
         mark_saved(db, row, pk)
     return True
+
+
+# The request row's answer: its field ← RequestAnswer's attribute.
+_ANSWERED = (("answer_status", "status"), ("answer_problem", "problem"), ("answered_at", "answered_at"),
+             ("duration_ms", "duration_ms"))
 
 
 def _prep(db: Any, model: type[Model], name: str, value: Any) -> Any:
@@ -121,17 +142,22 @@ def _write_orm(writes: AcceptWrites) -> bool:
         writes.fulfillment.save(update_fields=list(writes.fulfillment_fields))
     IntentReceipt.objects.bulk_create(list(writes.receipts))  # one INSERT; PostgreSQL returns the ids in order
     writes.outbox.save(force_insert=True)
+    answer = writes.request_answer
+    if answer is not None:
+        GatewayRequest.objects.filter(request_id=answer.request_id).update(
+            **{name: getattr(answer, attribute) for name, attribute in _ANSWERED})
     return True
 
 
 @cache
 def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...], fulfillment_names: tuple[str, ...],
-               receipts: int, resolution: str = "", exclusive: bool = False) -> str:
+               receipts: int, resolution: str = "", exclusive: bool = False, answered: bool = False) -> str:
     """The intent's compare-and-set, the lines' UPDATEs that have fields, `receipts` receipts,
     the outbox row and, when `resolution` (a transfer kind), the hold's resolution with both
     accounts' totals; selects the receipts' ids and the outbox row's (then the resolution's id
     and how many credit accounts moved), no row when the CAS failed. `exclusive`: the resolution's
-    INSERT without ON CONFLICT (ledger_writes.resolution_ctes)."""
+    INSERT without ON CONFLICT (ledger_writes.resolution_ctes). `answered`: the request's row takes
+    its answer (from `i`: only with the generation), last."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
 
     def sets(model: type[Model], names: tuple[str, ...]) -> str:
@@ -170,4 +196,8 @@ def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...],
         # account) are taken after the intent's rows, in the ledger's order (ledger_writes).
         ctes.append(resolution_ctes(resolution == TransferKind.POST_PENDING, "i", skip_resolved=not exclusive))
         selected += ["(SELECT id FROM t)", "(SELECT count(*) FROM c)"]
+    if answered:  # runs to completion though nothing selects from it, as every data-modifying CTE
+        table = qn(GatewayRequest._meta.db_table)
+        ctes.append(f"q AS (UPDATE {table} SET {sets(GatewayRequest, tuple(name for name, _ in _ANSWERED))} "
+                    f"FROM i WHERE {table}.{qn('request_id')} = %s RETURNING 1)")
     return f"WITH {', '.join(ctes)} SELECT {', '.join(selected)} FROM {', '.join(names)}"

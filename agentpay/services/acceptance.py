@@ -51,7 +51,7 @@ from agentpay.services.accept_writes import AcceptWrites, accept_write
 from agentpay.services.accept_writes import one_statement as accept_writes_one_statement
 from agentpay.services.effects import EFFECTS, EffectContext
 from agentpay.services.locking import lock_intent
-from agentpay.services.results import Cause, Outcome, Refusal, Step
+from agentpay.services.results import Cause, Outcome, Refusal, RequestAnswer, Step
 from agentpay.states import (
     FULFILLMENT,
     INTENT,
@@ -97,23 +97,26 @@ DECIDED_ON_KNOWN_ROWS = frozenset({
 
 
 def intent_accept(*, intent_id: str, steps: Sequence[Step], cause: Cause, expect_generation: int | None = None,
-                  now: datetime | None = None, release_lease: bool = False, known: Known | None = None) -> Outcome:
+                  now: datetime | None = None, release_lease: bool = False, known: Known | None = None,
+                  request_answer: RequestAnswer | None = None) -> Outcome:
     """Accept all of `steps` or none. Never raises for a refusal; raises LookupError for an
     intent that does not exist. `release_lease`: an accepted generation also clears the
     processing lease (the request holding it is done with the intent). `known`: the intent's
-    rows as the caller wrote them, tried first without the lock read (the module's docstring)."""
+    rows as the caller wrote them, tried first without the lock read (the module's docstring).
+    `request_answer`: the gateway request's row takes it with an accepted generation."""
     if not steps:
         raise ValueError("no steps to accept")
     now = now or trusted_now()
     if known is not None and _decidable_on_known_rows(known, steps, cause, expect_generation):
-        outcome = _accept_known(known, list(steps), cause, now, release_lease)
+        outcome = _accept_known(known, list(steps), cause, now, release_lease, request_answer)
         if outcome is not None:
             return outcome
 
     def decide() -> Outcome:
         try:
             with transaction.atomic(durable=True):
-                return _accept_locked(intent_id, list(steps), cause, expect_generation, now, release_lease)
+                return _accept_locked(intent_id, list(steps), cause, expect_generation, now, release_lease,
+                                      request_answer)
         except Refusal as refusal:
             return _record_refusal(intent_id, refusal, steps, cause, now)
 
@@ -154,13 +157,13 @@ def _decidable_on_known_rows(known: Known, steps: Sequence[Step], cause: Cause,
                     for step in steps))
 
 
-def _accept_known(known: Known, steps: list[Step], cause: Cause, now: datetime,
-                  release_lease: bool) -> Outcome | None:
+def _accept_known(known: Known, steps: list[Step], cause: Cause, now: datetime, release_lease: bool,
+                  request_answer: RequestAnswer | None) -> Outcome | None:
     """The steps decided on `known` and written by the generation's statement alone; None when
     that cannot be (the locked way decides then, nothing having been written)."""
     try:
         return _decide(known.intent, known.settlement, known.fulfillment, None, steps, cause, None, now,
-                       release_lease, exclusive_resolution=True)
+                       release_lease, request_answer, exclusive_resolution=True)
     except (Refusal, IntegrityError):  # a refusal, another generation, a hold resolved already
         return None
     except OperationalError as exc:
@@ -170,15 +173,16 @@ def _accept_known(known: Known, steps: list[Step], cause: Cause, now: datetime,
 
 
 def _accept_locked(intent_id: str, steps: list[Step], cause: Cause, expect_generation: int | None,
-                   now: datetime, release_lease: bool = False) -> Outcome:
+                   now: datetime, release_lease: bool = False, request_answer: RequestAnswer | None = None) -> Outcome:
     intent, settlement, fulfillment, wallet = lock_intent(
         intent_id, wallet=any((step.line, step.event) in WALLET_READERS for step in steps))
-    return _decide(intent, settlement, fulfillment, wallet, steps, cause, expect_generation, now, release_lease)
+    return _decide(intent, settlement, fulfillment, wallet, steps, cause, expect_generation, now, release_lease,
+                   request_answer)
 
 
 def _decide(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfillment, wallet: LedgerAccount | None,
             steps: list[Step], cause: Cause, expect_generation: int | None, now: datetime, release_lease: bool,
-            exclusive_resolution: bool = False) -> Outcome:
+            request_answer: RequestAnswer | None = None, exclusive_resolution: bool = False) -> Outcome:
     """The steps checked and applied to these rows (locked, or known), and the generation written;
     raises Refusal. `exclusive_resolution`: a hold resolved already fails the statement
     (IntegrityError) instead of skipping the resolution."""
@@ -227,7 +231,7 @@ def _decide(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfillm
         settlement_fields=line_fields["settlement"], fulfillment=fulfillment,
         fulfillment_fields=line_fields["fulfillment"], receipts=receipts,
         outbox=outbox_message(intent, lines, [step for step, _, _ in applied], cause, now),
-        resolution=ctx.resolution, exclusive_resolution=exclusive_resolution))
+        resolution=ctx.resolution, exclusive_resolution=exclusive_resolution, request_answer=request_answer))
     if not written:
         raise Refusal("STALE_GENERATION", "the intent changed while this step was applied", steps[0])
     if ctx.resolution is not None and ctx.resolution.pk is None:  # raised out of the transaction: all rolled back

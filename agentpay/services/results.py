@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from agentpay.composite import display_status
@@ -17,6 +18,18 @@ class Step:
     line: str
     event: str
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RequestAnswer:
+    """The answer a gateway request's row (GatewayRequest, written already) takes in the statement
+    of the acceptance that decides it, so no UPDATE of the row follows (agentpay.api.request_log)."""
+
+    request_id: uuid.UUID
+    status: int
+    problem: str
+    answered_at: datetime
+    duration_ms: int
 
 
 @dataclass(frozen=True)

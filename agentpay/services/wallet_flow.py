@@ -14,6 +14,7 @@ an unknown outcome is resolved only by the status query (`agentpay.services.reco
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.postgres.aggregates import ArrayAgg
@@ -22,7 +23,7 @@ from django.db.models import Q, Value
 from agentpay.bridge import ApiAccess, trusted_now
 from agentpay.models import AccountKind, Fulfillment, PaymentIntent, Settlement, Tenant, TenantStatus
 from agentpay.services.acceptance import Known, intent_accept
-from agentpay.services.results import Cause, Outcome, Step
+from agentpay.services.results import Cause, Outcome, RequestAnswer, Step
 from agentpay.states import FULFILLMENT, INITIAL, INTENT, SETTLEMENT, Lines
 from agentpay.upstream import UpstreamAnswer, upstream_forward
 
@@ -34,6 +35,9 @@ ANSWER_STEPS = {
     "timeout": ("upstream_timeout", []),
 }
 
+
+# The gateway's answer to an upstream answer, for the request's row (forward_and_accept).
+Answered = Callable[[UpstreamAnswer], RequestAnswer | None]
 
 # Why a hold is refused (the effect's code) → the hold_failed reason.
 HOLD_REFUSALS = {"INSUFFICIENT_BALANCE": "insufficient_balance", "WALLET_FROZEN": "account_frozen"}
@@ -66,6 +70,7 @@ class Driven:
     refusal: str = ""  # why the intent stopped short: INSUFFICIENT_BALANCE, POLICY_DENIED, …
     detail: str = ""
     lease_released: bool = False  # the answer's acceptance cleared the request's processing lease
+    answer_logged: RequestAnswer | None = None  # the request's row took this answer with the acceptance
 
 
 def _accept(intent: PaymentIntent, cause: Cause, *steps: Step) -> Outcome:
@@ -74,7 +79,8 @@ def _accept(intent: PaymentIntent, cause: Cause, *steps: Step) -> Outcome:
 
 def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAccess, request_id: uuid.UUID,
                         just_opened: bool = False, opened_lines: Lines | None = None,
-                        opened_settlement: Settlement | None = None, release_lease: bool = False) -> Driven:
+                        opened_settlement: Settlement | None = None, release_lease: bool = False,
+                        answered: Answered | None = None) -> Driven:
     """`just_opened`: `intent` is the one `intent_open` inserted in this request (its fulfillment
     is cached on it, its lines are `opened_lines`, the initial ones when not given: authorized and
     held when it took authorize_and_hold on open, and dispatched too when it took open_steps: then
@@ -82,7 +88,8 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
     as the open wrote it (with the hold): the upstream's answer is then decided on the rows as
     written, without the lock read (acceptance.Known).
     `release_lease`: the upstream's answer is accepted with the request's processing lease cleared
-    (one UPDATE fewer); `Driven.lease_released` says whether that happened."""
+    (one UPDATE fewer); `Driven.lease_released` says whether that happened. `answered`: see
+    forward_and_accept."""
     last: Outcome | None = None
     # The lines as they are (a resumed intent may be anywhere).
     if just_opened:
@@ -120,7 +127,7 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
         # again (recovery's status query resolves it).
         known = Known(intent, opened_settlement, fulfillment) if opened_settlement is not None else None
         return forward_and_accept(intent, cause, fulfillment.fulfillment_id, request_id, ANSWER_STEPS,
-                                  release_lease=release_lease, known=known)
+                                  release_lease=release_lease, known=known, answered=answered)
     if not (lines.intent == "authorized" and lines.settlement == "held" and lines.fulfillment == "not_started"):
         return Driven(last)
     # Its own acceptance, committed before the upstream is called: a request that dies between the
@@ -129,7 +136,7 @@ def intent_drive_wallet(*, intent: PaymentIntent, cause: Cause, access: ApiAcces
     if not last.accepted:
         return Driven(last, refusal=last.refusal_code, detail=last.detail)
     return forward_and_accept(intent, cause, fulfillment.fulfillment_id, request_id, ANSWER_STEPS,
-                              release_lease=release_lease)
+                              release_lease=release_lease, answered=answered)
 
 
 def authorize_and_hold(amount: int) -> list[Step]:
@@ -163,10 +170,12 @@ def _steps_to_hold(lines: Lines, intent: PaymentIntent) -> list[Step]:
 
 def forward_and_accept(intent: PaymentIntent, cause: Cause, fulfillment_id: str, request_id: uuid.UUID,
                        answer_steps: dict[str, tuple[str, list[Step]]], *, release_lease: bool = False,
-                       known: Known | None = None) -> Driven:
+                       known: Known | None = None, answered: Answered | None = None) -> Driven:
     """The one call to the upstream, after `dispatch` committed (outside any transaction), and
     the acceptance of what it answered: the fulfillment's event and the rail's `answer_steps`
-    (with the processing lease cleared when `release_lease`; on the `known` rows when given)."""
+    (with the processing lease cleared when `release_lease`; on the `known` rows when given).
+    `answered`: what the gateway will answer for the upstream's answer when it is accepted (None:
+    nothing to write yet); the request's row takes it in the acceptance's statement."""
     answer = upstream_forward(route=intent.route, fulfillment_id=fulfillment_id, request_id=request_id,
                               path=intent.forward_path, query=intent.forward_query,
                               content_type=intent.forward_content_type, body=bytes(intent.forward_body))
@@ -174,6 +183,8 @@ def forward_and_accept(intent: PaymentIntent, cause: Cause, fulfillment_id: str,
     data = {"status": answer.status} if answer.status is not None else {}
     if answer.error:
         data["error"] = answer.error
+    request_answer = answered(answer) if answered is not None else None
     outcome = intent_accept(intent_id=intent.intent_id, steps=[Step("fulfillment", event, data), *then], cause=cause,
-                            now=trusted_now(), release_lease=release_lease, known=known)
-    return Driven(outcome, answer=answer, lease_released=release_lease and outcome.accepted)
+                            now=trusted_now(), release_lease=release_lease, known=known, request_answer=request_answer)
+    return Driven(outcome, answer=answer, lease_released=release_lease and outcome.accepted,
+                  answer_logged=request_answer if outcome.accepted else None)

@@ -12,12 +12,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentpay.bridge import ApiAccess, trusted_now
-from agentpay.models import IntentReceipt, LedgerAccount, PaymentIntent, Transfer
+from agentpay.models import GatewayRequest, IntentReceipt, LedgerAccount, PaymentIntent, Transfer
 from agentpay.services import wallet_flow
-from agentpay.services.acceptance import intent_accept
+from agentpay.services.acceptance import Known, intent_accept
 from agentpay.services.intents import Opened, intent_open
 from agentpay.services.ledger import ledger_release
-from agentpay.services.results import Cause, Step
+from agentpay.services.results import Cause, RequestAnswer, Step
 from agentpay.upstream import UpstreamAnswer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,3 +132,48 @@ def test_a_hold_resolved_behind_the_known_rows_writes_nothing_and_is_refused(fun
     assert (intent.generation, intent.state) == (1, "authorized")
     assert list(Transfer.objects.filter(pending=hold).values_list("kind", flat=True)) == ["void_pending"]
     assert not IntentReceipt.objects.filter(intent=intent, generation=2).exists()
+
+
+@pytest.mark.parametrize(("route", "status"), [("ok", 200), ("bad", 422)])
+def test_a_relayed_answer_is_written_into_the_request_row_by_the_acceptance(funded, routes, call, route, status):
+    assert call("ok", key="warm").status_code == 200  # the revenue shard's id is cached
+    with CaptureQueriesContext(connection) as captured:
+        answer = call(route, key="measured")
+    assert answer.status_code == status
+    sql = [q["sql"] for q in captured.captured_queries]
+    # The key with its route and wallet, the open, the answer with the row's answer: nothing after.
+    assert len(sql) == 3, "\n".join(s[:120] for s in sql)
+    assert 'q AS (UPDATE "agentpay_gatewayrequest"' in sql[2]
+    row = GatewayRequest.objects.get(idempotency_key="measured")
+    assert (row.answer_status, row.answer_problem, row.intent.idempotency_key) == (status, "", "measured")
+    assert row.answered_at is not None and row.duration_ms is not None
+
+
+def test_an_answer_the_gateway_does_not_relay_is_written_as_it_leaves(funded, routes, call):
+    assert call("ok", key="warm").status_code == 200
+    with CaptureQueriesContext(connection) as captured:
+        answer = call("boom", key="five")  # 5xx: unknown, the hold kept, a 502 problem
+    assert answer.status_code == 502
+    sql = [q["sql"] for q in captured.captured_queries]
+    assert not [s for s in sql if 'q AS (UPDATE "agentpay_gatewayrequest"' in s]
+    assert sql[-1].startswith('UPDATE "agentpay_gatewayrequest"')
+    row = GatewayRequest.objects.get(idempotency_key="five")
+    assert (row.answer_status, row.answer_problem) == (502, answer.json()["type"].rsplit("/", 1)[1])
+
+
+def test_a_refused_answer_leaves_the_request_row_to_the_gateway(funded, routes, monkeypatch):
+    _warm(funded, routes, monkeypatch)
+    opened = _open(funded, routes["ok"], _wallet(funded))
+    request_id = uuid.uuid4()
+    GatewayRequest.objects.create(request_id=request_id, received_at=trusted_now(), method="POST", path="/x",
+                                  intent=opened.intent)
+    ledger_release(hold=opened.settlement.hold, actor="test", now=trusted_now(), reason="behind the acceptance")
+    monkeypatch.setattr(wallet_flow, "upstream_forward", lambda **_: UpstreamAnswer("2xx", status=200, body=b"{}"))
+    written = RequestAnswer(request_id=request_id, status=200, problem="", answered_at=trusted_now(), duration_ms=5)
+    driven = wallet_flow.forward_and_accept(
+        opened.intent, Cause.system("test"), opened.intent.fulfillment.fulfillment_id, request_id,
+        wallet_flow.ANSWER_STEPS, known=Known(opened.intent, opened.settlement, opened.intent.fulfillment),
+        answered=lambda upstream: written)
+    assert not driven.outcome.accepted and driven.answer_logged is None
+    assert GatewayRequest.objects.get(request_id=request_id).answer_status is None  # the gateway's UPDATE writes it
+

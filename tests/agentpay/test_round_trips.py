@@ -212,11 +212,11 @@ def test_a_relayed_answer_reads_nothing_back(funded, routes, call):
     after = sql[max(i for i, s in enumerate(sql) if s.startswith("WITH i AS (UPDATE")):]
     assert not [s for s in after if s.startswith("SELECT")]  # no composite view read for a relayed answer
     # The key (with its route and wallet) 1; the open with authorize + hold + dispatch 3 (one
-    # statement in the test's savepoint); the answer with the lease cleared 4 (inside the test's
-    # transaction it takes the lock read: test_one_statement_calls); the request log's row 1 (was
-    # 60, then 42 with the open, the policy read and the lease apart, then 35 with each write its
-    # own statement, 16 with dispatch its own acceptance, 12 with the open in two statements)
-    assert len(sql) <= 9, "\n".join(s[:100] for s in sql)
+    # statement in the test's savepoint); the answer with the lease cleared and the request row's
+    # answer 4 (inside the test's transaction it takes the lock read: test_one_statement_paid_call)
+    # (was 60, then 42 with the open, the policy read and the lease apart, then 35 with each write
+    # its own statement, 16 with dispatch its own acceptance, 12 with the open in two statements)
+    assert len(sql) <= 8, "\n".join(s[:100] for s in sql)
     assert not [s for s in sql if "ARRAY_AGG" in s]  # no policy read: the key's tenant, the hold's wallet
     assert not [s for s in sql if s.startswith('UPDATE "agentpay_paymentintent" SET "processing_until"')]
     assert intent.processing_until is None  # cleared by the answer's acceptance
