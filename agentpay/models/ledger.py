@@ -95,8 +95,9 @@ class Transfer(AppendOnlyModel):
     credit_account = models.ForeignKey(LedgerAccount, on_delete=models.PROTECT, related_name="credits")
     amount = models.PositiveBigIntegerField()
     currency = models.CharField(max_length=3, validators=[CURRENCY])
+    # Indexed by hold_resolved_once (unique where set), not on its own.
     pending = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
-                                help_text="The hold this transfer posts or voids.")
+                                help_text="The hold this transfer posts or voids.", db_index=False)
     intent = models.ForeignKey("agentpay.PaymentIntent", null=True, blank=True, on_delete=models.PROTECT,
                                related_name="transfers")
     reason = models.TextField(blank=True, default="")
@@ -119,7 +120,6 @@ class Transfer(AppendOnlyModel):
             models.UniqueConstraint(fields=["external_ref"], condition=~Q(external_ref=""),
                                     name="topup_receipt_credited_once"),
         ]
-        indexes = [models.Index(fields=["intent"], name="transfer_by_intent")]
 
     def __str__(self) -> str:
         return f"{self.transfer_id} {self.kind} {self.amount} {self.currency}"

@@ -25,7 +25,8 @@ RAIL_CHOICES = [(WALLET, "Wallet"), (ONCHAIN, "On-chain (x402)")]
 
 class PaymentIntent(models.Model):
     intent_id = models.CharField(max_length=40, unique=True, default=ids.new_intent_id)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="intents")
+    # Indexed by one_intent_per_tenant_key (tenant, idempotency_key), not on its own.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="intents", db_index=False)
     idempotency_key = models.CharField(max_length=255)
     request_digest = models.CharField(max_length=64, help_text="SHA-256 of method, route, path, query and body.")
     rail = models.CharField(max_length=8, choices=RAIL_CHOICES)
@@ -48,7 +49,7 @@ class PaymentIntent(models.Model):
     forward_body = models.BinaryField(blank=True, default=b"")
     needs_review_at = models.DateTimeField(null=True, blank=True)
     review_owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
-                                     related_name="agentpay_reviews")
+                                     related_name="agentpay_reviews", db_index=False)
     review_owner_assigned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -61,6 +62,8 @@ class PaymentIntent(models.Model):
             models.Index(fields=["state", "needs_review_at"], name="intent_review_queue",
                          condition=Q(state="needs_review")),
             models.Index(fields=["challenged_at"], name="intent_challenged", condition=Q(state="challenged")),
+            models.Index(fields=["review_owner"], name="intent_by_review_owner",
+                         condition=Q(review_owner__isnull=False)),
         ]
 
     def __str__(self) -> str:
