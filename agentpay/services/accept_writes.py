@@ -51,7 +51,7 @@ from agentpay.services.results import RequestAnswer
 ONE_STATEMENT = True
 
 
-@dataclass(frozen=True)
+@dataclass
 class AcceptWrites:
     intent: PaymentIntent  # its fields as accepted; `loaded_generation` is the one the lock read found
     loaded_generation: int
@@ -70,6 +70,7 @@ class AcceptWrites:
     exclusive_resolution: bool = False
     # The request's row takes its answer in the same statement (only when the generation is written).
     request_answer: RequestAnswer | None = None
+    request_answered: bool = False  # set by accept_write: the request's row took `request_answer`
 
 
 def one_statement() -> bool:
@@ -111,6 +112,9 @@ def accept_write(writes: AcceptWrites) -> bool:
         found = cursor.fetchone()
     if found is None:
         return False
+    if answer is not None:
+        *found, answered = found
+        writes.request_answered = answered == 1
     if resolution is not None:
         *found, resolution_pk, moved = found
         if resolution_pk is not None:
@@ -144,8 +148,8 @@ def _write_orm(writes: AcceptWrites) -> bool:
     writes.outbox.save(force_insert=True)
     answer = writes.request_answer
     if answer is not None:
-        GatewayRequest.objects.filter(request_id=answer.request_id).update(
-            **{name: getattr(answer, attribute) for name, attribute in _ANSWERED})
+        writes.request_answered = GatewayRequest.objects.filter(request_id=answer.request_id).update(
+            **{name: getattr(answer, attribute) for name, attribute in _ANSWERED}) == 1
     return True
 
 
@@ -157,7 +161,7 @@ def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...],
     accounts' totals; selects the receipts' ids and the outbox row's (then the resolution's id
     and how many credit accounts moved), no row when the CAS failed. `exclusive`: the resolution's
     INSERT without ON CONFLICT (ledger_writes.resolution_ctes). `answered`: the request's row takes
-    its answer (from `i`: only with the generation), last."""
+    its answer (from `i`: only with the generation), last, and how many rows it moved is selected last."""
     qn = connections[DEFAULT_DB_ALIAS].ops.quote_name
 
     def sets(model: type[Model], names: tuple[str, ...]) -> str:
@@ -192,12 +196,17 @@ def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...],
     names.append("o")
     selected = [f"{name}.id" for name in names]
     if resolution:
-        # Last, from `i`: the ledger's locks (the hold's index entry, the wallet, the system
-        # account) are taken after the intent's rows, in the ledger's order (ledger_writes).
-        ctes.append(resolution_ctes(resolution == TransferKind.POST_PENDING, "i", skip_resolved=not exclusive))
+        # Last, from the intent's and the lines' UPDATEs: the ledger's locks (the hold's index
+        # entry, the wallet, the system account) are taken after the intent's rows, in the
+        # ledger's order (ledger_writes). Selecting from `s` and `f` makes their UPDATEs run first:
+        # nothing else reads them, and an unread CTE runs only at the statement's end.
+        lines = "".join(", s" * bool(settlement_names) + ", f" * bool(fulfillment_names))
+        ctes.append(resolution_ctes(resolution == TransferKind.POST_PENDING, f"i{lines}",
+                                    skip_resolved=not exclusive))
         selected += ["(SELECT id FROM t)", "(SELECT count(*) FROM c)"]
     if answered:  # runs to completion though nothing selects from it, as every data-modifying CTE
         table = qn(GatewayRequest._meta.db_table)
         ctes.append(f"q AS (UPDATE {table} SET {sets(GatewayRequest, tuple(name for name, _ in _ANSWERED))} "
                     f"FROM i WHERE {table}.{qn('request_id')} = %s RETURNING 1)")
+        selected.append("(SELECT count(*) FROM q)")
     return f"WITH {', '.join(ctes)} SELECT {', '.join(selected)} FROM {', '.join(names)}"

@@ -164,7 +164,15 @@ def _accept_known(known: Known, steps: list[Step], cause: Cause, now: datetime, 
     try:
         return _decide(known.intent, known.settlement, known.fulfillment, None, steps, cause, None, now,
                        release_lease, request_answer, exclusive_resolution=True)
-    except (Refusal, IntegrityError):  # a refusal, another generation, a hold resolved already
+    except Refusal:  # a refusal, another generation: nothing written
+        return None
+    except IntegrityError as exc:
+        if getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None) != "hold_resolved_once":
+            raise
+        # The hold resolved while the generation stood still: every resolution is an acceptance
+        # that moves it, so this is a bug somewhere; the locked way records the refusal.
+        log.error("intent %s: hold %s resolved behind its generation %s", known.intent.intent_id,
+                  known.settlement.hold.transfer_id, known.intent.generation - 1)
         return None
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == "40P01":  # a deadlock victim wrote nothing
@@ -226,12 +234,13 @@ def _decide(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfillm
         setattr(intent, name, value)
     receipts = [accepted_receipt(intent, step, from_state, to_state, intent.generation, cause, now)
                 for step, from_state, to_state in applied]
-    written = accept_write(AcceptWrites(
+    writes = AcceptWrites(
         intent=intent, loaded_generation=generation, intent_fields=intent_fields, settlement=settlement,
         settlement_fields=line_fields["settlement"], fulfillment=fulfillment,
         fulfillment_fields=line_fields["fulfillment"], receipts=receipts,
         outbox=outbox_message(intent, lines, [step for step, _, _ in applied], cause, now),
-        resolution=ctx.resolution, exclusive_resolution=exclusive_resolution, request_answer=request_answer))
+        resolution=ctx.resolution, exclusive_resolution=exclusive_resolution, request_answer=request_answer)
+    written = accept_write(writes)
     if not written:
         raise Refusal("STALE_GENERATION", "the intent changed while this step was applied", steps[0])
     if ctx.resolution is not None and ctx.resolution.pk is None:  # raised out of the transaction: all rolled back
@@ -240,7 +249,7 @@ def _decide(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfillm
     log.info("intent %s accepted %s → generation %s", intent.intent_id,
              ", ".join(f"{s.line}.{s.event}" for s, _, _ in applied), intent.generation)
     return Outcome(accepted=True, intent_id=intent.intent_id, lines=lines, generation=intent.generation,
-                   receipt_ids=tuple(r.pk for r in receipts))
+                   receipt_ids=tuple(r.pk for r in receipts), request_answered=writes.request_answered)
 
 
 def accepted_receipt(intent: PaymentIntent, step: Step, from_state: str, to_state: str, generation: int,

@@ -31,7 +31,7 @@ from agentpay.models import (
 from agentpay.services import open_writes
 from agentpay.services.acceptance import WALLET_READERS, accepted_receipt, outbox_message
 from agentpay.services.effects import EFFECTS, EffectContext
-from agentpay.services.ledger import StaleSystemAccount, forget_system_ids, hold_deferrable
+from agentpay.services.ledger import StaleSystemAccount, SystemAccountNotCached, forget_system_ids, hold_deferrable
 from agentpay.services.open_writes import (
     OpenWrites,
     WalletGuardRefused,
@@ -135,9 +135,10 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
                 else transaction.atomic(durable=True):
             settlement = _insert(intent, initial, lines, applied, cause, now, log, wallet_read if guarded else None)
         return Opened(intent, True, lines, logged=log is not None, settlement=settlement)
-    except StaleSystemAccount:
+    except StaleSystemAccount as exc:
         # The hold's cached system account id is stale (the open rolled back): looked up again.
-        forget_system_ids()
+        if not isinstance(exc, SystemAccountNotCached):
+            forget_system_ids()
         return intent_open(tenant=tenant, route=route, rail=rail, idempotency_key=idempotency_key, digest=digest,
                            forward_path=forward_path, forward_query=forward_query, content_type=content_type,
                            body=body, request_id=request_id, now=now, steps=steps, lease=lease, log=log)

@@ -32,6 +32,11 @@ def forget_system_ids() -> None:
     _SYSTEM_IDS.clear()
 
 
+class SystemAccountNotCached(StaleSystemAccount):
+    """A guarded open's hold found its system account's id no longer cached (another thread forgot
+    it): nothing was written, and the ids cached are not stale for it."""
+
+
 class LedgerRefusal(Exception):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(f"{code}: {detail}")
@@ -112,7 +117,7 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
     if revenue_id is not None and ledger_writes.one_statement() and (not write or hold_write(hold)):
         return hold
     if intent._state.adding:  # a guarded open's (open_writes): its id forgotten since it was checked
-        raise StaleSystemAccount(f"no cached {AccountKind.REVENUE} {wallet.currency} account id for shard {shard}")
+        raise SystemAccountNotCached(f"no cached {AccountKind.REVENUE} {wallet.currency} account id for shard {shard}")
     # Through the ORM (the embedded demo), or the first hold on a revenue shard this process has
     # not seen (its id is looked up, and the account made if there is none yet).
     with transaction.atomic(savepoint=False):

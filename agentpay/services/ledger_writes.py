@@ -118,8 +118,9 @@ def guarded_hold_ctes(source: str) -> str:
             f'AND a."credits_posted" - a."debits_posted" - a."debits_pending" >= %s RETURNING a.id), '
             f'c AS (UPDATE {account} a SET "credits_pending" = a."credits_pending" + %s FROM d WHERE a.id = %s '
             f"RETURNING a.id), "
-            # The cast of a CASE is evaluated as the statement runs, never folded while it is planned.
-            f"g AS (SELECT CAST(CASE WHEN NOT EXISTS (SELECT 1 FROM s) THEN '{STALE_SYSTEM_ACCOUNT}' "
+            # The cast of a CASE is evaluated as the statement runs, never folded while it is planned;
+            # MATERIALIZED: computed once whatever reads it, never inlined and dropped as unread.
+            f"g AS MATERIALIZED (SELECT CAST(CASE WHEN NOT EXISTS (SELECT 1 FROM s) THEN '{STALE_SYSTEM_ACCOUNT}' "
             f"WHEN NOT EXISTS (SELECT 1 FROM c) THEN '{WALLET_REFUSED_HOLD}' ELSE '1' END AS integer) AS ok)")
 
 

@@ -76,6 +76,7 @@ class Outcome:
     detail: str = ""
     refused_step: Step | None = None
     receipt_ids: tuple[int, ...] = ()
+    request_answered: bool = False  # the gateway request's row took the answer asked with the steps
 
     @property
     def refusal(self) -> str:

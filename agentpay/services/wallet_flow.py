@@ -187,4 +187,4 @@ def forward_and_accept(intent: PaymentIntent, cause: Cause, fulfillment_id: str,
     outcome = intent_accept(intent_id=intent.intent_id, steps=[Step("fulfillment", event, data), *then], cause=cause,
                             now=trusted_now(), release_lease=release_lease, known=known, request_answer=request_answer)
     return Driven(outcome, answer=answer, lease_released=release_lease and outcome.accepted,
-                  answer_logged=request_answer if outcome.accepted else None)
+                  answer_logged=request_answer if outcome.request_answered else None)

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agentpay.bridge import ApiAccess, trusted_now
 from agentpay.models import GatewayRequest, IntentReceipt, LedgerAccount, PaymentIntent, Transfer
-from agentpay.services import wallet_flow
+from agentpay.services import intents, ledger, wallet_flow
 from agentpay.services.acceptance import Known, intent_accept
 from agentpay.services.intents import Opened, intent_open
 from agentpay.services.ledger import ledger_release
@@ -49,6 +49,11 @@ def _accepted(intent: PaymentIntent) -> list[tuple[int, str]]:
                 .values_list("generation", "event"))
 
 
+def _after_begin(sql: list[str]) -> str:
+    """The first statement sent, past the transaction's BEGIN."""
+    return next(s for s in sql if s != "BEGIN")
+
+
 def _warm(funded, routes, monkeypatch) -> None:
     """The revenue shard exists and its id is cached in this process: the open's hold can be deferred."""
     assert _drive(_open(funded, routes["ok"], None), monkeypatch).outcome.lines.intent == "completed"
@@ -62,7 +67,8 @@ def test_a_paid_call_is_two_statements_and_takes_no_lock_read(funded, routes, mo
     sql = [q["sql"] for q in captured.captured_queries]
     assert driven.outcome.accepted and driven.outcome.lines.intent == "completed"
     assert len(sql) == 3, "\n".join(s[:120] for s in sql)  # the test's wallet read, the open, the answer
-    assert sql[1].startswith('WITH i AS (INSERT INTO "agentpay_paymentintent"') and "g AS (SELECT CAST" in sql[1]
+    assert sql[1].startswith('WITH i AS (INSERT INTO "agentpay_paymentintent"')
+    assert "g AS MATERIALIZED (SELECT CAST" in sql[1]
     assert sql[2].startswith('WITH i AS (UPDATE "agentpay_paymentintent"') and '"agentpay_transfer"' in sql[2]
     assert not [s for s in sql if "FOR UPDATE" in s or "SAVEPOINT" in s]
     intent = PaymentIntent.objects.get(idempotency_key="measured")
@@ -89,8 +95,11 @@ def test_a_wallet_that_stopped_taking_the_hold_after_it_was_read_is_refused_by_t
         LedgerAccount.objects.filter(pk=read.pk).update(debits_posted=read.debits_posted + 800)
     else:
         LedgerAccount.objects.filter(pk=read.pk).update(frozen=True)
-    opened = _open(funded, routes["ok"], read, key="behind")
+    with CaptureQueriesContext(connection) as captured:
+        opened = _open(funded, routes["ok"], read, key="behind")
     assert opened.created and opened.lines.intent == "created"  # opened plainly: nothing of the hold written
+    tried = [q["sql"] for q in captured.captured_queries if "g AS MATERIALIZED" in q["sql"]]
+    assert len(tried) == 1  # the guarded open was sent, and failed as a whole
     driven = _drive(opened, monkeypatch)
     assert driven.refusal == ("INSUFFICIENT_BALANCE" if change == "drained" else "WALLET_FROZEN")
     intent = PaymentIntent.objects.get(idempotency_key="behind")
@@ -108,16 +117,19 @@ def test_an_answer_after_another_generation_is_decided_on_the_rows_as_they_are(f
     assert intent_accept(intent_id=opened.intent.intent_id, steps=[Step("fulfillment", "upstream_5xx",
                                                                         {"status": 503})],
                          cause=Cause.system("test")).accepted
-    driven = _drive(opened, monkeypatch)
+    with CaptureQueriesContext(connection) as captured:
+        driven = _drive(opened, monkeypatch)
+    sql = [q["sql"] for q in captured.captured_queries]
+    # The known rows' statement wrote nothing (its compare-and-set found generation 2); the locked
+    # way read the rows as they are and refused: an unknown fulfillment takes no upstream_2xx.
+    assert sql[0].startswith('WITH i AS (UPDATE "agentpay_paymentintent"')
+    assert "FOR UPDATE OF i, s, f" in _after_begin(sql[1:])
     intent = PaymentIntent.objects.get(pk=opened.intent.pk)
-    outcome = driven.outcome
-    if outcome.accepted:  # whatever the tables say of a 2xx on an unknown fulfillment, it is at generation 3
-        assert outcome.generation == intent.generation == 3
-    else:
-        assert outcome.generation == intent.generation == 2
-        assert IntentReceipt.objects.filter(intent=intent, accepted=False, event="upstream_2xx").count() == 1
-    assert not IntentReceipt.objects.filter(intent=intent, accepted=True, generation=2,
-                                            event="upstream_2xx").exists()
+    assert not driven.outcome.accepted and driven.outcome.generation == intent.generation == 2
+    assert (intent.state, intent.fulfillment.state, intent.settlements.get().state) == ("authorized", "unknown", "held")
+    assert IntentReceipt.objects.filter(intent=intent, accepted=False, event="upstream_2xx").count() == 1
+    assert list(Transfer.objects.filter(intent=intent).values_list("kind", flat=True)) == ["pending"]
+    assert _wallet(funded).debits_pending == 150
 
 
 def test_a_hold_resolved_behind_the_known_rows_writes_nothing_and_is_refused(funded, routes, monkeypatch):
@@ -126,7 +138,11 @@ def test_a_hold_resolved_behind_the_known_rows_writes_nothing_and_is_refused(fun
     hold = opened.settlement.hold
     # Behind the acceptance (no generation moved): the ledger's own release, as a bug would.
     ledger_release(hold=hold, actor="test", now=trusted_now(), reason="behind the acceptance")
-    driven = _drive(opened, monkeypatch)
+    with CaptureQueriesContext(connection) as captured:
+        driven = _drive(opened, monkeypatch)
+    sql = [q["sql"] for q in captured.captured_queries]
+    assert sql[0].startswith('WITH i AS (UPDATE "agentpay_paymentintent"') and "ON CONFLICT" not in sql[0]
+    assert "FOR UPDATE OF i, s, f" in _after_begin(sql[1:])  # then the locked way
     assert not driven.outcome.accepted and driven.outcome.refusal_code == "HOLD_ALREADY_RESOLVED"
     intent = PaymentIntent.objects.get(pk=opened.intent.pk)
     assert (intent.generation, intent.state) == (1, "authorized")
@@ -177,3 +193,39 @@ def test_a_refused_answer_leaves_the_request_row_to_the_gateway(funded, routes, 
     assert not driven.outcome.accepted and driven.answer_logged is None
     assert GatewayRequest.objects.get(request_id=request_id).answer_status is None  # the gateway's UPDATE writes it
 
+
+
+def test_a_stale_cached_system_account_id_fails_the_guarded_open_and_it_is_opened_again(funded, routes, monkeypatch):
+    _warm(funded, routes, monkeypatch)
+    read = _wallet(funded)
+    key = ("revenue", "usd", ledger.system_shard(read.pk))
+    real = ledger._SYSTEM_IDS[key]
+    ledger._SYSTEM_IDS[key] = 10**12  # as after a flushed table
+    with CaptureQueriesContext(connection) as captured:
+        opened = _open(funded, routes["ok"], read, key="stale")
+    assert [q["sql"] for q in captured.captured_queries if "g AS MATERIALIZED" in q["sql"]]  # tried, failed
+    assert opened.lines.settlement == "held" and ledger._SYSTEM_IDS[key] == real  # looked up again
+    hold = Transfer.objects.get(intent=opened.intent, kind="pending")
+    assert hold.credit_account_id == real and opened.settlement.hold_id == hold.pk
+    assert PaymentIntent.objects.filter(idempotency_key="stale").count() == 1
+    assert _drive(opened, monkeypatch).outcome.lines.intent == "completed"
+
+
+def test_an_id_forgotten_by_another_thread_mid_open_opens_the_locked_way_and_keeps_the_cache(funded, routes,
+                                                                                             monkeypatch):
+    _warm(funded, routes, monkeypatch)
+    read = _wallet(funded)
+    key = ("revenue", "usd", ledger.system_shard(read.pk))
+    other = ("revenue", "eur", 0)
+    ledger._SYSTEM_IDS[other] = 7  # another currency's id: not this open's to forget
+    # Another thread forgot this id after the open checked it (intents._guarded_hold) and before
+    # the hold was made (ledger_hold): the intent is not inserted, so nothing can be written there.
+    checked = intents.hold_deferrable
+    monkeypatch.setattr(intents, "hold_deferrable", lambda wallet: checked(wallet) and bool(
+        ledger._SYSTEM_IDS.pop(key)))
+    opened = _open(funded, routes["ok"], read, key="forgotten")
+    monkeypatch.setattr(intents, "hold_deferrable", checked)
+    assert opened.created and opened.lines.settlement == "held"
+    assert ledger._SYSTEM_IDS.get(other) == 7
+    del ledger._SYSTEM_IDS[other]
+    assert _drive(opened, monkeypatch).outcome.lines.intent == "completed"

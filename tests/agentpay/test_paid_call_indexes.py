@@ -24,6 +24,10 @@ WRITTEN_BY_A_PAID_CALL = {
                             "agentpay_settlement_hold_id_key", "agentpay_settlement_intent_id_3eb8ed93"},
     "agentpay_fulfillment": {"agentpay_fulfillment_pkey", "agentpay_fulfillment_fulfillment_id_key",
                              "agentpay_fulfillment_intent_id_key"},
+    "agentpay_gatewayrequest": {"agentpay_gatewayrequest_pkey", "agentpay_gatewayrequest_request_id_key",
+                                "agentpay_gatewayrequest_intent_id_fa861247",
+                                "agentpay_gatewayrequest_route_id_ceed9398",
+                                "agentpay_gatewayrequest_tenant_id_cdc80fd0"},
 }
 
 

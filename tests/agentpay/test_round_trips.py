@@ -222,7 +222,8 @@ def test_a_relayed_answer_reads_nothing_back(funded, routes, call):
     assert intent.processing_until is None  # cleared by the answer's acceptance
     # The hold is taken in the open's own statement, the wallet's UPDATE guarded (open_writes).
     opens = [s for s in sql if 'INSERT INTO "agentpay_paymentintent"' in s]
-    assert len(opens) == 1 and 'd AS (UPDATE "agentpay_ledgeraccount"' in opens[0] and "g AS (SELECT CAST" in opens[0]
+    assert len(opens) == 1 and 'd AS (UPDATE "agentpay_ledgeraccount"' in opens[0]
+    assert "g AS MATERIALIZED (SELECT CAST" in opens[0]
     assert 'INSERT INTO "agentpay_transfer"' in opens[0] and 'INSERT INTO "agentpay_gatewayrequest"' in opens[0]
     assert _accepted(intent) == [(0, "opened"), (1, "payload_verified"), (1, "hold_acquired"), (1, "dispatch"),
                                  (2, "upstream_2xx"), (2, "capture"), (2, "settlement_confirmed")]
