@@ -74,10 +74,9 @@ class GatewayRequestLog:
         # Before the first statement: Django's CONN_HEALTH_CHECKS would ask a reused connection
         # SELECT 1 on every call (a third of an unpaid call's round trips); a quiet socket needs none.
         health_check_without_round_trip(connections[DEFAULT_DB_ALIAS])
-        started = time.monotonic()
         request_id = uuid.uuid4()
         request.agentpay_request_id = request_id
-        request.agentpay_started = started
+        request.agentpay_started = time.monotonic()
         too_big = False
         try:
             length = int(request.headers.get("content-length") or 0)
@@ -120,7 +119,7 @@ class GatewayRequestLog:
                   "route": getattr(request, "agentpay_route", None),
                   "intent": getattr(request, "agentpay_intent", None), "answer_status": status,
                   "answer_problem": slug, "answered_at": trusted_now(),
-                  "duration_ms": int((time.monotonic() - started) * 1000)}
+                  "duration_ms": _elapsed_ms(request)}
         if request.agentpay_logged and request.agentpay_answer_written == (status, slug):
             pass  # written with the row (request_log_expect), and it is the answer sent
         elif request.agentpay_logged:
@@ -156,7 +155,7 @@ def request_log_expect(request: HttpRequest, answer: tuple[int, str]) -> None:
     record: GatewayRequest = request.agentpay_log
     record.answer_status, record.answer_problem = answer
     record.answered_at = trusted_now()
-    record.duration_ms = int((time.monotonic() - request.agentpay_started) * 1000)
+    record.duration_ms = _elapsed_ms(request)
     request.agentpay_answer_written = answer
 
 
@@ -169,10 +168,15 @@ def request_log_answer(request: HttpRequest, answer: tuple[int, str]) -> Request
         return None
     return RequestAnswer(request_id=request.agentpay_request_id, status=answer[0], problem=answer[1],
                          answered_at=trusted_now(),
-                         duration_ms=int((time.monotonic() - request.agentpay_started) * 1000))
+                         duration_ms=_elapsed_ms(request))
 
 
 def request_log_answered(request: HttpRequest, written: RequestAnswer | None) -> None:
     """The acceptance wrote `written` into the request's row: no UPDATE if it is the answer sent."""
     if written is not None:
         request.agentpay_answer_written = (written.status, written.problem)
+
+
+def _elapsed_ms(request: HttpRequest) -> int:
+    """Milliseconds since the request arrived (the middleware's `agentpay_started`)."""
+    return int((time.monotonic() - request.agentpay_started) * 1000)

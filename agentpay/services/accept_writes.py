@@ -200,7 +200,7 @@ def _statement(intent_names: tuple[str, ...], settlement_names: tuple[str, ...],
         # entry, the wallet, the system account) are taken after the intent's rows, in the
         # ledger's order (ledger_writes). Selecting from `s` and `f` makes their UPDATEs run first:
         # nothing else reads them, and an unread CTE runs only at the statement's end.
-        lines = "".join(", s" * bool(settlement_names) + ", f" * bool(fulfillment_names))
+        lines = ", s" * bool(settlement_names) + ", f" * bool(fulfillment_names)
         ctes.append(resolution_ctes(resolution == TransferKind.POST_PENDING, f"i{lines}",
                                     skip_resolved=not exclusive))
         selected += ["(SELECT id FROM t)", "(SELECT count(*) FROM c)"]
