@@ -32,16 +32,17 @@ from bench.common import (
     PG_PORT,
     PG_USER,
     PYTHON,
-    VENV_BIN,
     Ticker,
     child_env,
     db_create,
     db_url,
     free_port,
+    gunicorn_argv,
     percentile,
     say,
     wait_port,
     without_collector_pauses,
+    write_back_dirty_pages,
 )
 from bench.cpu_accounting import CpuAccount, describe
 
@@ -200,8 +201,9 @@ def open_loop(url: str, n: int, rate: float, headers: Any, progress: Any = None)
             if progress and len(results) % max(1, int(rate)) == 0:
                 progress(f"{len(results)}/{n} answered")
 
+        started_unix = time.time() + (start - loop.time())  # to match the window with other logs
         await asyncio.gather(*(one(i) for i in range(n)))
-        return {"results": results, "wall": loop.time() - start}
+        return {"results": results, "wall": loop.time() - start, "started_unix": started_unix}
 
     with without_collector_pauses():
         return asyncio.run(go())
@@ -216,7 +218,7 @@ def summary(label: str, out: dict[str, Any], n: int, *, phase: str = PHASE, ok_s
     s = {"requests": n, f"ok_{ok_status}": len(ok), "errors": n - len(ok), "achieved_per_s": len(ok) / out["wall"],
          "p50_ms": percentile(due, 50), "p99_ms": percentile(due, 99), "max_ms": max(due),
          "p50_ms_from_send": percentile(sent, 50), "p99_ms_from_send": percentile(sent, 99),
-         "latencies_ms": [round(v, 3) for v in due]}
+         "latencies_ms": [round(v, 3) for v in due], "window_started_unix": out.get("started_unix")}
     say(phase, f"{label}: p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms, {s['achieved_per_s']:.0f}/s, "
                f"{s['errors']} errors")
     return s
@@ -224,11 +226,14 @@ def summary(label: str, out: dict[str, Any], n: int, *, phase: str = PHASE, ok_s
 
 def measured_open_loop(label: str, url: str, n: int, rate: float, headers: Any, *, phase: str = PHASE,
                        ok_status: int = 200, unit: str = "call") -> dict[str, Any]:
-    """The timed window: `open_loop`'s summary, with where the machine's CPU went meanwhile."""
+    """The timed window: `open_loop`'s summary, with where the machine's CPU went meanwhile. The setup's
+    dirty pages are written back first (`write_back_dirty_pages`)."""
+    written_back = write_back_dirty_pages(phase)
     with CpuAccount() as cpu:
         out = open_loop(url, n, rate, headers, Ticker(phase))
     result = summary(label, out, n, phase=phase, ok_status=ok_status)
     result["cpu"] = cpu.summary(n, unit)
+    result["written_back_before"] = written_back
     say(phase, f"{label}: {describe(result['cpu'])}")
     return result
 
@@ -247,11 +252,7 @@ def start_gateway(database: str, log: Path, name: str = "gunicorn-agentpay") -> 
     port = free_port()
     env = child_env(DATABASE_URL=db_url(database), ALLOWED_HOSTS="127.0.0.1,localhost")
     threads = int(os.environ.get("BENCH_GATEWAY_THREADS", "1"))
-    processes = str(gateway_workers())
-    worker = ["--worker-class", "sync"] if threads <= 1 else ["--worker-class", "gthread", "--threads", str(threads)]
-    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", processes, *worker,
-            "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
-    proc = CHILDREN.start(name, argv, env=env, log=log)
+    proc = CHILDREN.start(name, gunicorn_argv(port, gateway_workers(), threads), env=env, log=log)
     wait_port(port, 30, proc)
     return proc, port, env
 

@@ -166,6 +166,31 @@ def without_collector_pauses() -> Iterator[None]:
         gc.collect()
 
 
+def write_back_dirty_pages(phase: str) -> dict[str, float]:
+    """Write the page cache's dirty data to disk before a timed window (``sync``), and say how much
+    there was. A phase's setup writes files without waiting for the disk: pgbench -i, the database
+    copied from its template, the seeding (about 150 MB on 2026-12-04). Linux writes data back once it
+    is 30 s old, in one burst; the burst took the disk for 70-90 ms, and every PostgreSQL commit waited
+    behind it in its WAL fsync (pg_stat_activity: WALSync; /proc/meminfo: Dirty falling into Writeback at
+    that moment). The gateway window then showed one 80 ms stall that was the bench's own setup, not the
+    code under test. A server's steady write-back is still in the window: this only settles the setup's."""
+    dirty_kb = _meminfo_kb("Dirty")
+    began = time.monotonic()
+    os.sync()
+    seconds = time.monotonic() - began
+    if dirty_kb > 10_000:
+        say(phase, f"wrote back {dirty_kb / 1024:.0f} MB of dirty page cache before the window ({seconds:.2f} s)")
+    return {"dirty_mb": round(dirty_kb / 1024, 1), "seconds": round(seconds, 3)}
+
+
+def _meminfo_kb(field: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return int(value.split()[0])
+    return 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -182,6 +207,17 @@ def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None) -
                 return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listening on port {port} after {timeout} s")
+
+
+def gunicorn_argv(port: int, processes: int, threads: int = 1) -> list[str]:
+    """The product's web server as the README's Production section runs it: ``--preload`` loads the
+    app (and freezes its heap, config/startup_heap.py) in the master before it binds the port and
+    forks, so every worker answers from the moment `wait_port` returns. Without it the port was bound
+    at once and each worker spent about 1.5 s importing, and a phase's first second queued behind that
+    (the gateway's 70-80 ms stall about 1 s into the window, 2026-12-04). ``threads`` > 1: gthread."""
+    worker = ["--worker-class", "sync"] if threads <= 1 else ["--worker-class", "gthread", "--threads", str(threads)]
+    return [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--preload", "--workers", str(processes), *worker,
+            "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
 
 
 def child_env(**overrides: str) -> dict[str, str]:

@@ -36,6 +36,7 @@ from bench.common import (
     elapsed,
     percentile,
     say,
+    write_back_dirty_pages,
 )
 from bench.report import plot, print_table, publish, table
 from bench.services import (
@@ -199,6 +200,7 @@ def webhook_run(args: argparse.Namespace, redis: RedisDb, database: str, *, per_
                f"warm-up 1 s at {args.rate:.0f}/s")
     try:
         open_loop(url, warm, args.rate, SECRET)
+        write_back_dirty_pages(label)
         say(label, f"measuring {n} signed deliveries at {args.rate:.0f}/s ({args.webhook_seconds:.0f} s)")
         out = open_loop(url, bodies, args.rate, SECRET, progress=Ticker(label))
     finally:

@@ -23,6 +23,7 @@ from bench.common import (
     db_create,
     db_url,
     free_port,
+    gunicorn_argv,
     say,
     use_db,
     wait_port,
@@ -110,10 +111,7 @@ def start_gunicorn(database: str, redis_url: str, *, api_base: str = "", per_req
     env = child_env(DATABASE_URL=db_url(database), REDIS_URL=redis_url, ALLOWED_HOSTS="127.0.0.1,localhost",
                     **({"STRIPE_API_BASE": api_base} if api_base else {}),
                     **({"DB_CONN_MAX_AGE": "0"} if per_request_connections else {}))
-    worker = ["--worker-class", "sync"] if threads <= 1 else ["--worker-class", "gthread", "--threads", str(threads)]
-    argv = [str(VENV_BIN / "gunicorn"), "config.wsgi:application", "--workers", "2", *worker,
-            "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--graceful-timeout", "5"]
-    proc = CHILDREN.start("gunicorn", argv, env=env, log=LOG_DIR / "gunicorn.log")
+    proc = CHILDREN.start("gunicorn", gunicorn_argv(port, 2, threads), env=env, log=LOG_DIR / "gunicorn.log")
     wait_port(port, 30, proc)
     return proc, f"http://127.0.0.1:{port}/webhooks/stripe/"
 

@@ -49,3 +49,24 @@ def test_a_celery_worker_freezes_its_heap_when_ready_and_in_each_pool_process(si
         "assert gc.get_freeze_count() == 0\n"
         f"from celery import signals; signals.{signal}.send(sender=None)")
     assert started["frozen"] > 50_000
+
+
+def test_loading_the_wsgi_application_opens_no_connection_and_starts_no_thread():
+    """The README runs gunicorn with --preload: the master loads config.wsgi, then forks the workers.
+    A socket (a database or Redis connection) or a thread made while loading would be shared by every
+    worker or lost in them; there must be none. Checked with the database and Redis reachable."""
+    code = ("import os, threading\n"
+            "import config.wsgi\n"
+            "fds = []\n"
+            "for fd in os.listdir('/proc/self/fd'):\n"
+            "    try: fds.append(os.readlink(f'/proc/self/fd/{fd}'))\n"
+            "    except OSError: pass\n"
+            "from django.db import connections\n"
+            "print(__import__('json').dumps({'sockets': [f for f in fds if f.startswith('socket:')],\n"
+            "    'threads': [t.name for t in threading.enumerate() if t is not threading.main_thread()],\n"
+            "    'open_connections': [c.alias for c in connections.all() if c.connection is not None]}))\n")
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded == {"sockets": [], "threads": [], "open_connections": []}
