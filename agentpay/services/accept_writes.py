@@ -17,7 +17,8 @@ the ORM's one INSERT gives them.
 
 The values are the ones Django sends: the UPDATE's field by field (`get_db_prep_save`, as
 QuerySet.update and save(update_fields=…) do) and the INSERTs' as its INSERT
-(agentpay.bridge's insert_params, the house pattern of open_writes.py). The embedded SQLite demo
+(`insert_values`, which converts them as agentpay.bridge's insert_params does, the house pattern of
+open_writes.py). The embedded SQLite demo
 writes through the ORM, the same statements as before (tests/agentpay/test_accept_writes.py
 compares both paths on PostgreSQL, row for row).
 """
@@ -32,7 +33,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 
-from agentpay.bridge import insert_fields, insert_params, mark_saved
+from agentpay.bridge import insert_fields, mark_saved
 from agentpay.models import (
     Fulfillment,
     GatewayRequest,
@@ -44,6 +45,7 @@ from agentpay.models import (
     TransferKind,
 )
 from agentpay.services import ledger_writes
+from agentpay.services.insert_values import insert_values
 from agentpay.services.ledger_writes import resolution_ctes, resolution_params
 from agentpay.services.results import RequestAnswer
 
@@ -96,7 +98,7 @@ def accept_write(writes: AcceptWrites) -> bool:
                        for name in names]
             params.append(row.pk)
     for row in (*writes.receipts, writes.outbox):
-        params += insert_params(db, row, but="intent")
+        params += insert_values(db, row, but="intent")
     resolution = writes.resolution
     kind = "" if resolution is None else resolution.kind
     if resolution is not None:
