@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dunning.acceptance.row_inserts import insert_fields, insert_params, mark_saved  # noqa: F401
+from dunning.acceptance.row_inserts import insert_fields, insert_params, mark_saved, unsaved_row  # noqa: F401
 from dunning.clock import now_is_not_ahead as _now_is_not_ahead
 from dunning.clock import trusted_now as _trusted_now
 from dunning.evidence.connection_health import health_check_without_round_trip  # noqa: F401

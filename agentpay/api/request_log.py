@@ -37,7 +37,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.http import HttpRequest, HttpResponse
 
 from agentpay.api.problems import problem
-from agentpay.bridge import desensitised_body, health_check_without_round_trip, trusted_now
+from agentpay.bridge import desensitised_body, health_check_without_round_trip, trusted_now, unsaved_row
 from agentpay.models import GatewayRequest
 from agentpay.services.results import RequestAnswer
 
@@ -92,8 +92,9 @@ class GatewayRequestLog:
         # Logged desensitised (a forwarded call can carry an end user's email or card); the digest
         # and size are of the raw bytes.
         kept = desensitised_body(body[: settings.AGENTPAY_LOGGED_BODY_BYTES])
-        record = GatewayRequest(
-            request_id=request_id, received_at=trusted_now(), method=storable(request.method or "")[:16],
+        record = unsaved_row(
+            GatewayRequest, request_id=request_id, received_at=trusted_now(),
+            method=storable(request.method or "")[:16],
             path=storable(request.path), query=storable(request.META.get("QUERY_STRING", "")),
             headers=_headers(request), body=kept, body_size=len(body) or length,
             body_digest=hashlib.sha256(body).hexdigest(),

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from django.db import IntegrityError, OperationalError, connection, transaction
 
-from agentpay.bridge import trusted_now
+from agentpay.bridge import trusted_now, unsaved_row
 from agentpay.composite import INVARIANT_VIOLATION, display_status_or_violation
 from agentpay.models import (
     Fulfillment,
@@ -255,8 +255,9 @@ def _decide(intent: PaymentIntent, settlement: Settlement, fulfillment: Fulfillm
 def accepted_receipt(intent: PaymentIntent, step: Step, from_state: str, to_state: str, generation: int,
                      cause: Cause, now: datetime) -> IntentReceipt:
     """The receipt of an accepted step (unsaved)."""
-    return IntentReceipt(
-        intent=intent, line=step.line, event=step.event, accepted=True, from_state=from_state, to_state=to_state,
+    return unsaved_row(
+        IntentReceipt, intent=intent, line=step.line, event=step.event, accepted=True, from_state=from_state,
+        to_state=to_state,
         generation=generation, data=_storable(step.data), cause_kind=cause.kind, actor=cause.actor,
         actor_user=cause.user, request_id=cause.request_id, reason=cause.reason, ticket=cause.ticket,
         trusted_time=now)
@@ -265,8 +266,9 @@ def accepted_receipt(intent: PaymentIntent, step: Step, from_state: str, to_stat
 def outbox_message(intent: PaymentIntent, lines: Lines, steps: Sequence[Step], cause: Cause,
                    now: datetime) -> OutboxMessage:
     """The outbox row of an accepted generation (unsaved): the lines it left and the steps it took."""
-    return OutboxMessage(
-        topic=OUTBOX_TOPIC, dedupe_key=f"{intent.intent_id}:{intent.generation}", intent=intent, created_at=now,
+    return unsaved_row(
+        OutboxMessage, topic=OUTBOX_TOPIC, dedupe_key=f"{intent.intent_id}:{intent.generation}", intent=intent,
+        created_at=now,
         payload={"intent_id": intent.intent_id, "generation": intent.generation, "rail": intent.rail,
                  "intent": lines.intent, "settlement": lines.settlement, "fulfillment": lines.fulfillment,
                  "display_status": _display(lines), "events": [f"{s.line}.{s.event}" for s in steps],

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from agentpay.bridge import unsaved_row
 from agentpay.models import (
     Fulfillment,
     GatewayRequest,
@@ -105,8 +106,8 @@ def intent_open(*, tenant: Tenant, route: PricedRoute, rail: str, idempotency_ke
     still is what the hold needs (open_writes: guarded); otherwise the open goes on as without it.
     """
     cause = Cause.request(request_id, tenant.tenant_id)
-    intent = PaymentIntent(
-        tenant=tenant, idempotency_key=idempotency_key, request_digest=digest, rail=rail, route=route,
+    intent = unsaved_row(
+        PaymentIntent, tenant=tenant, idempotency_key=idempotency_key, request_digest=digest, rail=rail, route=route,
         amount=route.price_minor, currency=route.currency, created_at=now, state_changed_at=now,
         first_request_id=request_id, processing_until=now + lease_for(route) if lease else None,
         forward_path=forward_path, forward_query=forward_query, forward_content_type=content_type, forward_body=body)
@@ -180,8 +181,8 @@ def _insert(intent: PaymentIntent, initial: Lines, lines: Lines, applied: list[t
         wallet = open_insert_locking_wallet(intent)
     elif not (deferred or guarded):
         intent.save(force_insert=True)
-    settlement = Settlement(intent=intent, rail=intent.rail, created_at=now, state_changed_at=now)
-    fulfillment = Fulfillment(intent=intent, state_changed_at=now)
+    settlement = unsaved_row(Settlement, intent=intent, rail=intent.rail, created_at=now, state_changed_at=now)
+    fulfillment = unsaved_row(Fulfillment, intent=intent, state_changed_at=now)
     rows = {INTENT: intent, SETTLEMENT: settlement, FULFILLMENT: fulfillment}
     intent.state = initial.intent
     # The hold (when its system account's id is cached) is written with the rest of the rows.

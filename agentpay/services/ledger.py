@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import BigIntegerField, F, Value
 
 from agentpay import ids
+from agentpay.bridge import unsaved_row
 from agentpay.models import AccountKind, LedgerAccount, PaymentIntent, Tenant, Transfer, TransferKind
 from agentpay.services import ledger_writes
 from agentpay.services.ledger_writes import hold_write, resolve_write
@@ -110,8 +111,8 @@ def ledger_hold(*, wallet: LedgerAccount, amount: int, intent: PaymentIntent, ac
                                                     f"the call costs {amount}")
     shard = system_shard(wallet.pk)
     revenue_id = _SYSTEM_IDS.get((AccountKind.REVENUE, wallet.currency, shard))
-    hold = Transfer(
-        transfer_id=ids.new_id(ids.HOLD), kind=TransferKind.PENDING, debit_account=wallet,
+    hold = unsaved_row(
+        Transfer, transfer_id=ids.new_id(ids.HOLD), kind=TransferKind.PENDING, debit_account=wallet,
         credit_account_id=revenue_id, amount=amount, currency=wallet.currency, intent=intent, actor=actor,
         created_at=now, reason=f"hold for {intent.intent_id}")
     if revenue_id is not None and ledger_writes.one_statement() and (not write or hold_write(hold)):
@@ -131,8 +132,8 @@ def _resolve(hold: Transfer, kind: str, actor: str, now: datetime, reason: str, 
              write: bool = True) -> Transfer:
     if hold.kind != TransferKind.PENDING:
         raise LedgerRefusal("NOT_A_HOLD", f"{hold.transfer_id} is a {hold.kind} transfer")
-    resolution = Transfer(
-        transfer_id=ids.new_id(ids.TRANSFER), kind=kind, debit_account_id=hold.debit_account_id,
+    resolution = unsaved_row(
+        Transfer, transfer_id=ids.new_id(ids.TRANSFER), kind=kind, debit_account_id=hold.debit_account_id,
         credit_account_id=hold.credit_account_id, amount=hold.amount, currency=hold.currency, pending=hold,
         intent_id=hold.intent_id, actor=actor, created_at=now, reason=reason, ticket=ticket)
     if not write:
