@@ -57,6 +57,8 @@ MIDDLEWARE = [
     "dunning.web.webhooks.WebhookRoute",
     # Then: every AgentPay request is recorded with its request_id before anything may refuse it.
     "agentpay.api.request_log.GatewayRequestLog",
+    # Then: a priced call skips the session, CSRF, auth, messages and history middleware (agentpay/api/priced_route.py).
+    "agentpay.api.priced_route.PricedCallRoute",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
