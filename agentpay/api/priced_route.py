@@ -23,6 +23,7 @@ from django.urls import Resolver404, ResolverMatch, resolve
 from django.utils.module_loading import import_string
 
 from agentpay.api.request_log import DEFERRED_PREFIX
+from agentpay.api.views import RouteCallView
 
 # What a call authenticated by an API key never uses (the module's docstring).
 SKIPPED = frozenset({
@@ -71,8 +72,6 @@ class PricedCallRoute:
 def _priced_call_match(urlconf: str, path_info: str) -> ResolverMatch | None:
     """The priced-call view's match for a path (None: another view's, or none). Cached: an agent
     calls the same few routes again and again; any other path only evicts."""
-    from agentpay.api.views import RouteCallView
-
     try:
         match = resolve(path_info, urlconf)
     except Resolver404:
