@@ -40,11 +40,14 @@ class PricedCallRoute:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
         after = settings.MIDDLEWARE[settings.MIDDLEWARE.index(ME) + 1:]
-        kept = [import_string(path) for path in after if path not in SKIPPED]
-        self.process_views = [m.process_view for m in (cls(get_response) for cls in kept) if hasattr(m, "process_view")]
         handler: Callable[[HttpRequest], HttpResponse] = convert_exception_to_response(self._view)
-        for cls in reversed(kept):  # built as Django builds its chain: each wrapped to turn exceptions into answers
-            handler = convert_exception_to_response(cls(handler))
+        self.process_views: list[Callable[..., HttpResponse | None]] = []
+        # Built as Django builds its chain, innermost first: each wrapped to turn exceptions into answers.
+        for path in reversed([path for path in after if path not in SKIPPED]):
+            middleware = import_string(path)(handler)
+            if hasattr(middleware, "process_view"):
+                self.process_views.insert(0, middleware.process_view)
+            handler = convert_exception_to_response(middleware)
         self.chain = handler
 
     def __call__(self, request: HttpRequest) -> HttpResponse:

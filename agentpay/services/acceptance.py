@@ -257,10 +257,9 @@ def accepted_receipt(intent: PaymentIntent, step: Step, from_state: str, to_stat
     """The receipt of an accepted step (unsaved)."""
     return unsaved_row(
         IntentReceipt, intent=intent, line=step.line, event=step.event, accepted=True, from_state=from_state,
-        to_state=to_state,
-        generation=generation, data=_storable(step.data), cause_kind=cause.kind, actor=cause.actor,
-        actor_user=cause.user, request_id=cause.request_id, reason=cause.reason, ticket=cause.ticket,
-        trusted_time=now)
+        to_state=to_state, generation=generation, data=_storable(step.data), cause_kind=cause.kind,
+        actor=cause.actor, actor_user=cause.user, request_id=cause.request_id, reason=cause.reason,
+        ticket=cause.ticket, trusted_time=now)
 
 
 def outbox_message(intent: PaymentIntent, lines: Lines, steps: Sequence[Step], cause: Cause,

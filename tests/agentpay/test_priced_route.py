@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.contrib.messages.middleware import MessageMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.test import Client
 
 from agentpay.api.priced_route import ME, SKIPPED
@@ -60,9 +62,6 @@ def test_every_answer_is_the_whole_chains(funded, routes, api_key, settings):
 
 
 def test_a_priced_call_skips_the_browsers_middleware_and_nothing_else_does(funded, routes, api_key, monkeypatch):
-    from django.contrib.messages.middleware import MessageMiddleware
-    from django.contrib.sessions.middleware import SessionMiddleware
-
     ran: list[str] = []
     for name, cls in (("session", SessionMiddleware), ("messages", MessageMiddleware)):
         def recorded(self, request, name=name, original=cls.process_request):
